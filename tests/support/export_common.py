@@ -229,6 +229,28 @@ def _legacy_decoder_split():
         eu.get_decoder_models_for_export = original
 
 
+@contextlib.contextmanager
+def _eager_attention():
+    """Make ``main_export`` load the model with ``attn_implementation="eager"`` (a key in config.json
+    is not honoured by ``from_pretrained``, and main_export has no argument for it)."""
+    from optimum.exporters.tasks import TasksManager
+
+    original = TasksManager.get_model_from_task
+
+    def load(*args, **kwargs):
+        kwargs["attn_implementation"] = "eager"
+        model = original(*args, **kwargs)
+        if model.config._attn_implementation != "eager":
+            raise RuntimeError(f"eager attention not applied: {model.config._attn_implementation}")
+        return model
+
+    TasksManager.get_model_from_task = staticmethod(load)
+    try:
+        yield
+    finally:
+        TasksManager.get_model_from_task = staticmethod(original)
+
+
 def export_optimum(
     model,
     tokenizer,
@@ -258,12 +280,11 @@ def export_optimum(
         model.save_pretrained(src)
         if tokenizer is not None:
             tokenizer.save_pretrained(src)
-        if eager:
-            cfg = json.loads((src / "config.json").read_text())
-            cfg["attn_implementation"] = "eager"
-            (src / "config.json").write_text(json.dumps(cfg, indent=2))
-        ctx = _legacy_decoder_split() if split_decoder else contextlib.nullcontext()
-        with ctx:
+        with contextlib.ExitStack() as stack:
+            if split_decoder:
+                stack.enter_context(_legacy_decoder_split())
+            if eager:
+                stack.enter_context(_eager_attention())
             main_export(
                 str(src),
                 output=str(dst),
