@@ -1,0 +1,854 @@
+"""Tiny-model fixture factory for the VISION and AUDIO families.
+
+Builds random-weight models from `transformers` config classes (no Hub access), builds their
+image processors / feature extractors / tokenizers offline, exports them with optimum-onnx the way
+the Hub's Xenova / onnx-community files were made, and records references (see
+tests/support/README.md for the fixture contract):
+
+  * references/<onnx stem>.npz       onnxruntime (ORT_DISABLE_ALL, 1 thread) outputs on fixed inputs
+  * references/pipeline_<task>.json  transformers pipeline outputs on the torch model
+  * references/image_<i>.png, references/audio_<i>.npy   the synthetic inputs the references used
+
+Usage (regenerates deterministically; no argument = every fixture):
+
+    /work/venvs/export/bin/python tests/support/families_vision_audio.py [names...]
+
+Pinned versions (the export environment these files were made with):
+
+    python 3.11, torch 2.13.0+cpu, transformers 4.57.6, optimum 2.1.0, optimum-onnx 0.1.0,
+    onnxruntime 1.32.0, onnx 1.23.2, tokenizers 0.22.2, sentencepiece 0.2.3, numpy 2.4.6,
+    pillow 13.0.0, scipy 1.17.1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from PIL import Image  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+OPTIMUM_ONNX = "optimum-onnx 0.1.0"
+EXPORTER = f"{OPTIMUM_ONNX} main_export"
+
+torch.set_num_threads(1)
+transformers.logging.set_verbosity_error()
+
+# ----------------------------------------------------------------------------------------------
+# Deterministic synthetic inputs
+# ----------------------------------------------------------------------------------------------
+
+CORPUS = (
+    "the quick brown fox jumps over the lazy dog . a photo of a cat . a photo of a dog . "
+    "hello world , this is a tiny test of the transmuter library . the cat sat on the mat . "
+    "speech to text and text to speech with tiny random models . one two three four five six "
+    "seven eight nine ten . an image of a red square and a blue circle . she sells sea shells "
+    "by the sea shore . the rain in spain stays mainly in the plain . hello there , how are you ?"
+)
+
+
+def make_image(seed: int, height: int, width: int) -> Image.Image:
+    """A smooth colour gradient plus seeded noise, uint8 RGB."""
+    rng = np.random.default_rng(seed)
+    y = np.linspace(0.0, 1.0, height)[:, None]
+    x = np.linspace(0.0, 1.0, width)[None, :]
+    base = np.stack([np.broadcast_to(x, (height, width)), np.broadcast_to(y, (height, width)),
+                     np.broadcast_to((x + y) / 2, (height, width))], axis=-1)
+    img = 255.0 * (0.7 * base + 0.3 * rng.random((height, width, 3)))
+    return Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
+
+
+IMAGE_SPECS = [(0, 40, 48), (1, 32, 32)]  # (seed, height, width)
+
+
+def make_audio(seed: int, seconds: float, freq: float, sr: int = 16000) -> np.ndarray:
+    """A sine + seeded gaussian noise waveform, float32 in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * sr)) / sr
+    wav = 0.5 * np.sin(2 * np.pi * freq * t) + 0.05 * rng.standard_normal(t.shape)
+    return wav.astype(np.float32)
+
+
+AUDIO_SPECS = [(0, 1.0, 440.0), (1, 0.75, 660.0)]  # (seed, seconds, frequency)
+
+
+def write_images(fx: Path) -> list[Image.Image]:
+    (fx / "references").mkdir(parents=True, exist_ok=True)
+    images = []
+    for seed, h, w in IMAGE_SPECS:
+        img = make_image(seed, h, w)
+        img.save(fx / "references" / f"image_{seed}.png")
+        images.append(Image.open(fx / "references" / f"image_{seed}.png").convert("RGB"))
+    return images
+
+
+def write_audio(fx: Path, sr: int = 16000) -> list[np.ndarray]:
+    (fx / "references").mkdir(parents=True, exist_ok=True)
+    clips = []
+    for seed, seconds, freq in AUDIO_SPECS:
+        wav = make_audio(seed, seconds, freq, sr)
+        np.save(fx / "references" / f"audio_{seed}.npy", wav)
+        clips.append(wav)
+    return clips
+
+
+def image_inputs_description() -> dict:
+    return {
+        "images": [f"references/image_{s}.png" for s, _, _ in IMAGE_SPECS],
+        "how_made": "make_image(seed, height, width) in tests/support/families_vision_audio.py: "
+        "255*(0.7*gradient + 0.3*rng.random) with numpy default_rng(seed), uint8 RGB PNG",
+        "specs": [{"seed": s, "height": h, "width": w} for s, h, w in IMAGE_SPECS],
+    }
+
+
+def audio_inputs_description(sr: int = 16000) -> dict:
+    return {
+        "audio": [f"references/audio_{s}.npy" for s, _, _ in AUDIO_SPECS],
+        "sampling_rate": sr,
+        "how_made": "make_audio(seed, seconds, freq): 0.5*sin(2*pi*freq*t) + 0.05*N(0,1) with numpy "
+        "default_rng(seed), float32",
+        "specs": [{"seed": s, "seconds": d, "frequency": f} for s, d, f in AUDIO_SPECS],
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Tiny offline tokenizers
+# ----------------------------------------------------------------------------------------------
+
+
+def _train_bpe(words: Counter, n_merges: int) -> list[tuple[str, str]]:
+    """Plain BPE on symbol tuples; ties broken lexicographically so the result is deterministic."""
+    words = Counter({tuple(w): c for w, c in words.items()})
+    merges: list[tuple[str, str]] = []
+    for _ in range(n_merges):
+        pairs: Counter = Counter()
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        new_words: Counter = Counter()
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i < len(w) - 1 and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            new_words[tuple(out)] += c
+        words = new_words
+    return merges
+
+
+def _byte_encoder() -> dict[int, str]:
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+    return bytes_to_unicode()
+
+
+def gpt2_style_vocab(n_merges: int = 60, specials=("<|endoftext|>",), specials_first=False):
+    """Byte-level BPE vocab like GPT-2's: 256 byte symbols, merges, then specials."""
+    be = _byte_encoder()
+    words = Counter()
+    for i, w in enumerate(CORPUS.split(" ")):
+        text = (" " + w) if i else w
+        words[tuple(be[b] for b in text.encode("utf-8"))] += 1
+    merges = _train_bpe(words, n_merges)
+    vocab: dict[str, int] = {}
+    if specials_first:
+        for s in specials:
+            vocab[s] = len(vocab)
+    for b in be:  # GPT-2's order: printable bytes first ('!' is id 0, 'Ġ' is id 220)
+        vocab.setdefault(be[b], len(vocab))
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    if not specials_first:
+        for s in specials:
+            vocab[s] = len(vocab)
+    return vocab, merges
+
+
+def clip_style_vocab(n_merges: int = 60):
+    """CLIP's layout: 256 byte symbols, the same with '</w>', merges, <|startoftext|>, <|endoftext|>."""
+    be = _byte_encoder()
+    words = Counter()
+    for w in re.findall(r"[a-z]+|[0-9]|[^\sa-z0-9]+", CORPUS.lower()):
+        sym = [be[b] for b in w.encode("utf-8")]
+        sym[-1] = sym[-1] + "</w>"
+        words[tuple(sym)] += 1
+    merges = _train_bpe(words, n_merges)
+    vocab: dict[str, int] = {}
+    for b in be:  # CLIP's order follows bytes_to_unicode too
+        vocab[be[b]] = len(vocab)
+    for b in be:
+        vocab[be[b] + "</w>"] = len(vocab)
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    vocab["<|startoftext|>"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    return vocab, merges
+
+
+def write_vocab_merges(tmp: Path, vocab: dict, merges: list, header: str = "#version: 0.2\n"):
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (tmp / "merges.txt").write_text(header + "".join(f"{a} {b}\n" for a, b in merges))
+    return str(tmp / "vocab.json"), str(tmp / "merges.txt")
+
+
+def train_sentencepiece(tmp: Path, name: str, vocab_size: int, model_type: str, **kw) -> str:
+    import sentencepiece as spm
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    corpus = tmp / f"{name}.txt"
+    corpus.write_text("\n".join(s.strip() for s in CORPUS.split(" . ")) + "\n")
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(tmp / name), vocab_size=vocab_size, model_type=model_type,
+        character_coverage=1.0, num_threads=1, seed_sentencepiece_size=1000, shuffle_input_sentence=False,
+        minloglevel=2, **kw,
+    )
+    return str(tmp / f"{name}.model")
+
+
+# ----------------------------------------------------------------------------------------------
+# Export, references, verification
+# ----------------------------------------------------------------------------------------------
+
+
+def seed(n: int = 0):
+    torch.manual_seed(n)
+    np.random.seed(n)
+
+
+def perturb(model, scale: float = 0.05, s: int = 1234):
+    """Add seeded noise to every parameter: random-init logits are otherwise near-uniform (std 0.02
+    init) and LayerNorm gamma/beta would sit at exactly 1/0, hiding mistakes in tests."""
+    g = torch.Generator().manual_seed(s)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+    return model
+
+
+def fresh_fixture(name: str) -> Path:
+    fx = FIXTURES / name
+    if fx.exists():
+        shutil.rmtree(fx)
+    (fx / "onnx").mkdir(parents=True)
+    (fx / "references").mkdir()
+    return fx
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence the exporter's chatter (warnings still reach stderr)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield buf
+
+
+def export_main(model_dir: Path, out: Path, task: str, opset: int, **kw) -> Path:
+    from optimum.exporters.onnx import main_export
+
+    with quiet():
+        main_export(str(model_dir), output=str(out), task=task, opset=opset, device="cpu",
+                    do_validation=False, local_files_only=True, **kw)
+    return out
+
+
+def export_from_model(model, out: Path, task: str, opset: int, **kw) -> Path:
+    """main_export's inner step on an already-loaded model (used for the eager-attention variants)."""
+    from optimum.exporters.onnx import onnx_export_from_model
+
+    with quiet():
+        onnx_export_from_model(model, output=str(out), task=task, opset=opset, device="cpu",
+                               do_validation=False, **kw)
+    return out
+
+
+def move_onnx(src: Path, fx: Path, names: dict[str, str]) -> None:
+    """Copy exported graphs into fx/onnx (name map: exported file -> fixture file)."""
+    for s, d in names.items():
+        m = onnx.load(str(src / s), load_external_data=True)
+        onnx.save(m, str(fx / "onnx" / d))  # single file, no external data for tiny models
+
+
+def session(path: Path) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def run(sess: ort.InferenceSession, feeds: dict) -> dict:
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def save_reference(fx: Path, graph: str, steps: list[tuple[dict, dict]]) -> str:
+    stem = Path(graph).stem
+    arrays = {}
+    for i, (ins, outs) in enumerate(steps):
+        for k, v in ins.items():
+            arrays[f"{i}/in/{k}"] = np.asarray(v)
+        for k, v in outs.items():
+            arrays[f"{i}/out/{k}"] = np.asarray(v)
+    rel = f"references/{stem}.npz"
+    np.savez_compressed(fx / rel, **arrays)
+    return rel
+
+
+def reference_single(fx: Path, graph: str, feeds: dict) -> str:
+    sess = session(fx / graph)
+    feeds = cast_feeds(sess, feeds)
+    return save_reference(fx, graph, [(feeds, run(sess, feeds))])
+
+
+_ORT_TO_NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+              "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(double)": np.float64}
+
+
+def cast_feeds(sess, feeds: dict) -> dict:
+    types = {i.name: i.type for i in sess.get_inputs()}
+    return {k: np.ascontiguousarray(np.asarray(v).astype(_ORT_TO_NP[types[k]])) for k, v in feeds.items()
+            if k in types}
+
+
+def decoder_steps(sess, first: dict, n_cache_steps: int, token_input: str = "input_ids",
+                  logits: str = "logits", past_map=None, next_feeds=None) -> list[tuple[dict, dict]]:
+    """Prompt step (use_cache_branch False, empty past) + n KV-cache steps, greedy."""
+    in_meta = {i.name: i for i in sess.get_inputs()}
+    feeds = dict(first)
+    steps = []
+    for step in range(n_cache_steps + 1):
+        feeds = cast_feeds(sess, feeds)
+        missing = set(in_meta) - set(feeds)
+        assert not missing, f"missing decoder inputs {missing}"
+        outs = run(sess, feeds)
+        steps.append((feeds, outs))
+        new = dict(feeds)
+        for name, val in outs.items():
+            # merged decoders return placeholder cross-attention presents on cache steps: keep step 0's
+            if name.startswith("present") and not (step > 0 and ".encoder." in name):
+                new[name.replace("present", "past_key_values", 1)] = val
+        if "use_cache_branch" in in_meta:
+            new["use_cache_branch"] = np.array([True])
+        if next_feeds is not None:
+            new = next_feeds(new, outs)
+        else:
+            nxt = outs[logits][:, -1, :].argmax(-1)[:, None]
+            new[token_input] = nxt.astype(np.int64)
+        feeds = new
+    return steps
+
+
+def empty_past(sess, batch: int) -> dict:
+    """Zero-length past key/values with the right head/dim sizes (from the graph's input shapes)."""
+    feeds = {}
+    for i in sess.get_inputs():
+        if i.name.startswith("past_key_values"):
+            shape = [batch if d_i == 0 else (0 if d_i == 2 else d) for d_i, d in enumerate(i.shape)]
+            assert all(isinstance(d, int) for d in shape), (i.name, i.shape)
+            feeds[i.name] = np.zeros(shape, _ORT_TO_NP[i.type])
+    return feeds
+
+
+def graph_summary(path: Path) -> dict:
+    m = onnx.load(str(path))
+    ops: Counter = Counter()
+
+    def walk(g):
+        for n in g.node:
+            ops[(n.domain or "ai.onnx") + "::" + n.op_type if n.domain not in ("", "ai.onnx") else n.op_type] += 1
+            for a in n.attribute:
+                if a.g is not None and a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+                for sg in a.graphs:
+                    walk(sg)
+
+    walk(m.graph)
+
+    def dims(vi):
+        return [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+    inits = {i.name for i in m.graph.initializer}
+    return {
+        "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
+        "inputs": {i.name: dims(i) for i in m.graph.input if i.name not in inits},
+        "outputs": {o.name: dims(o) for o in m.graph.output},
+        "ops": dict(sorted(ops.items())),
+    }
+
+
+def verify(fx: Path) -> None:
+    """onnx.checker on every graph, then rerun ORT on each reference's recorded inputs."""
+    manifest = json.loads((fx / "manifest.json").read_text())
+    for graph, info in manifest["graphs"].items():
+        onnx.checker.check_model(str(fx / graph), full_check=True)
+        sess = session(fx / graph)
+        ref = np.load(fx / info["reference"])
+        steps = sorted({int(k.split("/")[0]) for k in ref.files})
+        for s in steps:
+            feeds = {k.split("/", 2)[2]: ref[k] for k in ref.files if k.startswith(f"{s}/in/")}
+            outs = run(sess, feeds)
+            for k in ref.files:
+                if k.startswith(f"{s}/out/"):
+                    name = k.split("/", 2)[2]
+                    np.testing.assert_allclose(outs[name], ref[k], rtol=1e-5, atol=1e-6,
+                                               err_msg=f"{fx.name}/{graph} step {s} {name}")
+    print(f"  verified {fx.name}: {len(manifest['graphs'])} graph(s)")
+
+
+def write_manifest(fx: Path, *, family: str, architecture: str, task: str, opset: int, graphs: dict,
+                   exporter: str = EXPORTER, notes: list[str] | None = None, **extra) -> None:
+    manifest = {"family": family, "architecture": architecture, "exporter": exporter, "opset": opset,
+                "task": task, "graphs": {}}
+    for g, info in graphs.items():
+        entry = {"reference": info["reference"], "static_inputs": info.get("static_inputs", [])}
+        entry.update({k: v for k, v in info.items() if k not in entry})
+        entry["summary"] = graph_summary(fx / g)
+        manifest["graphs"][g] = entry
+    manifest.update(extra)
+    if notes:
+        manifest["notes"] = notes
+    (fx / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+
+
+def fp16_variant(src: Path, dst: Path, keep_io_types: bool) -> None:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    m = onnx.load(str(src))
+    uniquify_subgraph_names(m.graph)
+    m16 = convert_float_to_float16(m, keep_io_types=keep_io_types, disable_shape_infer=False)
+    toposort(m16.graph)  # the converter appends its io Casts at the end of the node list
+    onnx.save(m16, str(dst))
+
+
+def uniquify_subgraph_names(graph, prefix: str = "") -> None:
+    """Give values defined inside If/Loop bodies names unique to their branch. optimum's merged decoders
+    reuse names such as '/model/decoder/Cast_2_output_0' in both branches with different dtypes,
+    which convert_float_to_float16 (name-based) mistakes for one value. Renaming changes no maths."""
+    for n in graph.node:
+        for a in n.attribute:
+            if a.type != onnx.AttributeProto.GRAPH:
+                continue
+            g, tag = a.g, f"{prefix}{n.name or n.op_type}.{a.name}/"
+            local = {o for sn in g.node for o in sn.output if o} | {i.name for i in g.input}
+            local |= {i.name for i in g.initializer}
+            ren = {x: tag + x for x in local}
+            _rename_in_graph(g, ren)
+            uniquify_subgraph_names(g, tag)
+
+
+def _rename_in_graph(g, ren: dict) -> None:
+    for sn in g.node:
+        for k, x in enumerate(sn.input):
+            if x in ren:
+                sn.input[k] = ren[x]
+        for k, x in enumerate(sn.output):
+            if x in ren:
+                sn.output[k] = ren[x]
+        for a in sn.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                # nested scopes may shadow names; only rename references that are not defined there
+                inner = {o for nn in a.g.node for o in nn.output} | {i.name for i in a.g.input}
+                _rename_in_graph(a.g, {k: v for k, v in ren.items() if k not in inner})
+    for coll in (g.input, g.output, g.value_info):
+        for vi in coll:
+            if vi.name in ren:
+                vi.name = ren[vi.name]
+    for init in g.initializer:
+        if init.name in ren:
+            init.name = ren[init.name]
+
+
+def _subgraph_refs(node) -> set:
+    refs = set()
+    for a in node.attribute:
+        gs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        for g in gs:
+            for n in g.node:
+                refs.update(i for i in n.input if i)
+                refs |= _subgraph_refs(n)
+            refs.update(o.name for o in g.output)
+    return refs
+
+
+def toposort(graph) -> None:
+    """Stable topological sort of a graph's nodes (subgraph outer-scope references count)."""
+    producers = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    deps = []
+    for n in graph.node:
+        names = set(i for i in n.input if i) | _subgraph_refs(n)
+        deps.append({producers[x] for x in names if x in producers})
+    done, order = set(), []
+    nodes = list(graph.node)
+
+    def visit(i, stack=()):
+        if i in done:
+            return
+        for d in sorted(deps[i]):
+            if d not in done and d != i:
+                visit(d)
+        done.add(i)
+        order.append(i)
+
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+    for i in range(len(nodes)):
+        visit(i)
+    if order != list(range(len(nodes))):
+        copies = [onnx.NodeProto() for _ in nodes]
+        for c, n in zip(copies, nodes):
+            c.CopyFrom(n)
+        del graph.node[:]
+        graph.node.extend(copies[i] for i in order)
+    for n in graph.node:
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                toposort(g)
+
+
+def quantized_variant(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QUInt8, per_channel=False, reduce_range=False)
+
+
+def save_json(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=1, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, torch.Tensor):
+        return o.tolist()
+    if isinstance(o, Image.Image):
+        a = np.asarray(o)
+        return {"pil_image": {"mode": o.mode, "size": list(o.size), "sum": int(a.astype(np.int64).sum()),
+                              "md5": hashlib.md5(a.tobytes()).hexdigest()}}
+    raise TypeError(type(o))
+
+
+def tensor_stats(t) -> dict:
+    a = np.asarray(t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t, dtype=np.float64)
+    return {"shape": list(a.shape), "mean": a.mean(), "std": a.std(), "min": a.min(), "max": a.max(),
+            "sum": a.sum()}
+
+
+def tmpdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="tmuter_fx_"))
+
+
+def save_model_dir(model, tmp: Path, *others) -> Path:
+    d = tmp / "torch_model"
+    model.save_pretrained(d)
+    for o in others:
+        o.save_pretrained(d)
+    return d
+
+
+def copy_hub_files(src: Path, fx: Path, extra_skip=()) -> None:
+    """Copy config / processor / tokenizer files from a saved model dir (never the weights)."""
+    for f in sorted(src.iterdir()):
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".pt")) and f.name not in extra_skip:
+            shutil.copy(f, fx / f.name)
+
+
+# ----------------------------------------------------------------------------------------------
+# Families
+# ----------------------------------------------------------------------------------------------
+
+LABELS5 = ["cat", "dog", "bird", "fish", "horse"]
+
+
+def _id2label(labels):
+    return {i: n for i, n in enumerate(labels)}
+
+
+def _vit(attn="sdpa"):
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+    cfg = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                    image_size=32, patch_size=8, num_channels=3, qkv_bias=True,
+                    id2label=_id2label(LABELS5), label2id={n: i for i, n in enumerate(LABELS5)})
+    seed(0)
+    model = perturb(ViTForImageClassification._from_config(cfg, attn_implementation=attn).eval())
+    proc = ViTImageProcessor(do_resize=True, size={"height": 32, "width": 32}, resample=2, do_rescale=True,
+                             rescale_factor=1 / 255, do_normalize=True, image_mean=[0.5, 0.5, 0.5],
+                             image_std=[0.5, 0.5, 0.5])
+    return model, proc
+
+
+def pipeline_image_classification(fx, model, proc, images):
+    from transformers import pipeline
+
+    p = pipeline("image-classification", model=model, image_processor=proc, device="cpu")
+    kwargs = {"top_k": 5}
+    out = p(images, **kwargs)
+    save_json(fx / "references" / "pipeline_image-classification.json",
+              {"task": "image-classification", "inputs": image_inputs_description(), "call_kwargs": kwargs,
+               "outputs": out, "torch_logits": [tensor_stats(model(**proc(images=images, return_tensors="pt")).logits)]})
+
+
+def build_vit():
+    fx = fresh_fixture("vit")
+    tmp = tmpdir()
+    model, proc = _vit()
+    d = save_model_dir(model, tmp, proc)
+    out = export_main(d, tmp / "out", "image-classification", 18)
+    move_onnx(out, fx, {"model.onnx": "model.onnx"})
+    copy_hub_files(d, fx)
+    images = write_images(fx)
+    pv = proc(images=images, return_tensors="np")["pixel_values"]
+    fp16_variant(fx / "onnx/model.onnx", fx / "onnx/model_fp16.onnx", keep_io_types=True)
+    quantized_variant(fx / "onnx/model.onnx", fx / "onnx/model_quantized.onnx")
+    graphs = {}
+    for g in ["onnx/model.onnx", "onnx/model_fp16.onnx", "onnx/model_quantized.onnx"]:
+        graphs[g] = {"reference": reference_single(fx, g, {"pixel_values": pv})}
+    graphs["onnx/model_fp16.onnx"]["variant"] = "convert_float_to_float16(keep_io_types=True): float32 IO"
+    graphs["onnx/model_quantized.onnx"]["variant"] = "quantize_dynamic(weight_type=QUInt8, per_channel=False)"
+    pipeline_image_classification(fx, model, proc, images)
+    write_manifest(fx, family="vit", architecture="ViTForImageClassification", task="image-classification",
+                   opset=18, graphs=graphs, inputs_from="references/image_*.png through preprocessor_config.json")
+    shutil.rmtree(tmp)
+    return fx
+
+
+def build_vit_opset14():
+    fx = fresh_fixture("vit-opset14")
+    tmp = tmpdir()
+    model, proc = _vit(attn="eager")
+    d = save_model_dir(model, tmp, proc)
+    out = export_from_model(model, tmp / "out", "image-classification", 14, preprocessors=[proc])
+    move_onnx(out, fx, {"model.onnx": "model.onnx"})
+    copy_hub_files(d, fx)
+    images = write_images(fx)
+    pv = proc(images=images, return_tensors="np")["pixel_values"]
+    graphs = {"onnx/model.onnx": {"reference": reference_single(fx, "onnx/model.onnx", {"pixel_values": pv})}}
+    write_manifest(fx, family="vit", architecture="ViTForImageClassification", task="image-classification",
+                   opset=14, graphs=graphs, exporter=f"{OPTIMUM_ONNX} onnx_export_from_model",
+                   notes=["same weights as fixture 'vit' (seed 0); loaded with attn_implementation='eager' "
+                          "and exported with onnx_export_from_model (main_export's inner step) at opset 14"])
+    shutil.rmtree(tmp)
+    return fx
+
+
+
+# ---- Whisper ---------------------------------------------------------------------------------
+
+
+def whisper_tokenizer(tmp: Path):
+    """A tiny multilingual-Whisper-shaped tokenizer: byte-level BPE, <|endoftext|>, then the
+    special tokens in Whisper's order (99 languages), then 1501 timestamp tokens <|0.00|>..<|30.00|>."""
+    from tokenizers import AddedToken
+    from transformers import WhisperTokenizer, WhisperTokenizerFast
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    vocab, merges = gpt2_style_vocab(60, specials=("<|endoftext|>",))
+    vf, mf = write_vocab_merges(tmp / "whisper_tok_src", vocab, merges)
+    slow = WhisperTokenizer(vf, mf, model_max_length=64)
+    langs = [f"<|{c}|>" for c in list(LANGUAGES)[:99]]  # whisper v1/v2 have 99 languages
+    specials = ["<|endoftext|>", "<|startoftranscript|>", *langs, "<|translate|>", "<|transcribe|>",
+                "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>"]
+    slow.add_special_tokens({"additional_special_tokens": specials})
+    slow.add_tokens([AddedToken(f"<|{i * 0.02:.2f}|>", lstrip=False, rstrip=False, normalized=False,
+                                special=False) for i in range(1501)])
+    slow.save_pretrained(tmp / "whisper_tok_slow")
+    fast = WhisperTokenizerFast.from_pretrained(tmp / "whisper_tok_slow")
+    return fast, langs
+
+
+def _whisper(tmp: Path, attn="sdpa"):
+    from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    tok, langs = whisper_tokenizer(tmp)
+    tid = tok.convert_tokens_to_ids
+    eot, sot = tid("<|endoftext|>"), tid("<|startoftranscript|>")
+    suppress = sorted({tid(t) for t in ["!", '"', "#", "(", ")", "<|translate|>", "<|transcribe|>",
+                                          "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>"]}
+                      | {sot})
+    begin_suppress = [tid("\u0120"), eot]
+    cfg = WhisperConfig(
+        vocab_size=len(tok), num_mel_bins=16, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        max_source_positions=50, max_target_positions=64, decoder_start_token_id=sot, bos_token_id=eot,
+        eos_token_id=eot, pad_token_id=eot, begin_suppress_tokens=begin_suppress, suppress_tokens=suppress,
+        use_cache=True, architectures=["WhisperForConditionalGeneration"],
+    )
+    seed(0)
+    model = perturb(WhisperForConditionalGeneration._from_config(cfg, attn_implementation=attn).eval())
+    with torch.no_grad():  # tied embedding: make text tokens win greedy decoding over specials/timestamps
+        model.model.decoder.embed_tokens.weight[:eot] *= 4.0
+    gen = GenerationConfig(
+        alignment_heads=[[1, 0], [1, 1]], begin_suppress_tokens=begin_suppress, bos_token_id=eot,
+        decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot,
+        forced_decoder_ids=[[1, None], [2, tid("<|transcribe|>")]], is_multilingual=True,
+        lang_to_id={l: tid(l) for l in langs}, task_to_id={"transcribe": tid("<|transcribe|>"),
+                                                            "translate": tid("<|translate|>")},
+        max_initial_timestamp_index=50, max_length=64, no_timestamps_token_id=tid("<|notimestamps|>"),
+        prev_sot_token_id=tid("<|startofprev|>"), return_timestamps=False, suppress_tokens=suppress,
+    )
+    model.generation_config = gen
+    fe = WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, chunk_length=1, n_fft=400,
+                                 padding_value=0.0, return_attention_mask=False)
+    fe.processor_class = "WhisperProcessor"
+    return model, fe, tok
+
+
+def _whisper_refs(fx: Path, fe, tok, variants: dict[str, str]) -> dict:
+    """variants: encoder graph -> decoder graph (paths under fx)."""
+    clips = write_audio(fx)
+    feats = fe(clips, sampling_rate=16000, return_tensors="np")["input_features"]
+    tid = tok.convert_tokens_to_ids
+    prompt = np.array([[tid("<|startoftranscript|>"), tid("<|en|>"), tid("<|transcribe|>"),
+                        tid("<|notimestamps|>")]] * 2, dtype=np.int64)
+    graphs = {}
+    for enc, dec in variants.items():
+        es = session(fx / enc)
+        ef = cast_feeds(es, {"input_features": feats})
+        eo = run(es, ef)
+        graphs[enc] = {"reference": save_reference(fx, enc, [(ef, eo)])}
+        ds = session(fx / dec)
+        first = {"input_ids": prompt, "encoder_hidden_states": eo["last_hidden_state"],
+                 "use_cache_branch": np.array([False]), **empty_past(ds, 2)}
+        graphs[dec] = {"reference": save_reference(fx, dec, decoder_steps(ds, first, 3)),
+                       "static_inputs": ["use_cache_branch"]}
+    return graphs
+
+
+def pipeline_asr_whisper(fx, model, fe, tok, clips):
+    from transformers import pipeline
+
+    p = pipeline("automatic-speech-recognition", model=model, tokenizer=tok, feature_extractor=fe, device="cpu")
+    kwargs = {"generate_kwargs": {"do_sample": False, "num_beams": 1, "max_new_tokens": 8, "language": "en",
+                                  "task": "transcribe"}}
+    outs = [p({"raw": c, "sampling_rate": 16000}, **kwargs) for c in clips]
+    feats = fe(clips, sampling_rate=16000, return_tensors="pt")
+    with torch.no_grad():
+        ids = model.generate(feats.input_features, do_sample=False, num_beams=1, max_new_tokens=8,
+                             language="en", task="transcribe")
+    save_json(fx / "references" / "pipeline_automatic-speech-recognition.json",
+              {"task": "automatic-speech-recognition", "inputs": audio_inputs_description(),
+               "call": "pipeline(task)({'raw': audio, 'sampling_rate': 16000}, **call_kwargs), one clip per call",
+               "call_kwargs": kwargs, "outputs": outs,
+               "generate_token_ids": {"call": "model.generate(batched input_features, same generate_kwargs)",
+                                      "ids": ids.tolist(),
+                                      "decoded": tok.batch_decode(ids, skip_special_tokens=False)}})
+
+
+WHISPER_NOTES = [
+    "tiny multilingual-Whisper layout: byte-level BPE (60 merges) + <|endoftext|> + Whisper's specials "
+    "(99 languages) + 1501 timestamp tokens, so ids are small but ordered as in openai/whisper-*",
+    "feature extractor: 16 mel bins, chunk_length=1 (n_samples 16000, nb_max_frames 100); "
+    "max_source_positions=50",
+    "decoder_model_merged.onnx: If on use_cache_branch; prompt step uses zero-length past (dim 2 = 0)",
+]
+
+
+def build_whisper():
+    fx = fresh_fixture("whisper")
+    tmp = tmpdir()
+    model, fe, tok = _whisper(tmp)
+    d = save_model_dir(model, tmp, fe, tok)
+    out = export_main(d, tmp / "out", "automatic-speech-recognition-with-past", 18, nb_max_frames=100)
+    move_onnx(out, fx, {"encoder_model.onnx": "encoder_model.onnx",
+                        "decoder_model_merged.onnx": "decoder_model_merged.onnx"})
+    copy_hub_files(d, fx)
+    for stem in ["encoder_model", "decoder_model_merged"]:
+        fp16_variant(fx / f"onnx/{stem}.onnx", fx / f"onnx/{stem}_fp16.onnx", keep_io_types=False)
+        quantized_variant(fx / f"onnx/{stem}.onnx", fx / f"onnx/{stem}_quantized.onnx")
+    graphs = _whisper_refs(fx, fe, tok, {
+        "onnx/encoder_model.onnx": "onnx/decoder_model_merged.onnx",
+        "onnx/encoder_model_fp16.onnx": "onnx/decoder_model_merged_fp16.onnx",
+        "onnx/encoder_model_quantized.onnx": "onnx/decoder_model_merged_quantized.onnx",
+    })
+    for g in graphs:
+        if "_fp16" in g:
+            graphs[g]["variant"] = "convert_float_to_float16(keep_io_types=False): float16 IO incl. KV cache"
+        if "_quantized" in g:
+            graphs[g]["variant"] = "quantize_dynamic(weight_type=QUInt8, per_channel=False)"
+    clips = [np.load(fx / "references" / f"audio_{s}.npy") for s, _, _ in AUDIO_SPECS]
+    pipeline_asr_whisper(fx, model, fe, tok, clips)
+    write_manifest(fx, family="whisper", architecture="WhisperForConditionalGeneration",
+                   task="automatic-speech-recognition-with-past", opset=18, graphs=graphs, notes=WHISPER_NOTES,
+                   inputs_from="references/audio_*.npy through preprocessor_config.json (WhisperFeatureExtractor)")
+    shutil.rmtree(tmp)
+    return fx
+
+
+def build_whisper_opset14():
+    fx = fresh_fixture("whisper-opset14")
+    tmp = tmpdir()
+    model, fe, tok = _whisper(tmp, attn="eager")
+    d = save_model_dir(model, tmp, fe, tok)
+    out = export_from_model(model, tmp / "out", "automatic-speech-recognition-with-past", 14,
+                            preprocessors=[fe, tok], nb_max_frames=100)
+    move_onnx(out, fx, {"encoder_model.onnx": "encoder_model.onnx",
+                        "decoder_model_merged.onnx": "decoder_model_merged.onnx"})
+    copy_hub_files(d, fx)
+    graphs = _whisper_refs(fx, fe, tok, {"onnx/encoder_model.onnx": "onnx/decoder_model_merged.onnx"})
+    write_manifest(fx, family="whisper", architecture="WhisperForConditionalGeneration",
+                   task="automatic-speech-recognition-with-past", opset=14, graphs=graphs,
+                   exporter=f"{OPTIMUM_ONNX} onnx_export_from_model",
+                   notes=WHISPER_NOTES + ["same weights as fixture 'whisper'; attn_implementation='eager', opset 14"])
+    shutil.rmtree(tmp)
+    return fx
+
+
+BUILDERS = {
+    "vit": build_vit,
+    "vit-opset14": build_vit_opset14,
+    "whisper": build_whisper,
+    "whisper-opset14": build_whisper_opset14,
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BUILDERS)
+    unknown = [n for n in names if n not in BUILDERS]
+    if unknown:
+        print(f"unknown fixtures {unknown}; known: {list(BUILDERS)}")
+        return 2
+    t_all = time.time()
+    for n in names:
+        t0 = time.time()
+        print(f"[{n}] building ...", flush=True)
+        fx = BUILDERS[n]()
+        verify(fx)
+        size = sum(f.stat().st_size for f in fx.rglob("*") if f.is_file())
+        print(f"[{n}] done in {time.time() - t0:.1f}s, {size / 1e6:.2f} MB", flush=True)
+    print(f"all done in {time.time() - t_all:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
