@@ -824,11 +824,125 @@ def build_whisper_opset14():
     return fx
 
 
+
+# ---- CLIP / SigLIP (zero-shot-image-classification) -------------------------------------------
+
+ZS_TEXTS = ["a photo of a cat", "a photo of a dog", "hello world"]
+ZS_LABELS = ["cat", "dog", "bird"]
+
+
+def clip_tokenizer(tmp: Path):
+    from transformers import CLIPTokenizer, CLIPTokenizerFast
+
+    vocab, merges = clip_style_vocab(60)
+    vf, mf = write_vocab_merges(tmp / "clip_tok_src", vocab, merges)
+    slow = CLIPTokenizer(vf, mf, model_max_length=16)
+    slow.save_pretrained(tmp / "clip_tok_slow")
+    return CLIPTokenizerFast.from_pretrained(tmp / "clip_tok_slow")
+
+
+def siglip_tokenizer(tmp: Path):
+    from transformers import SiglipTokenizer
+
+    spm_path = train_sentencepiece(tmp / "siglip_spm", "spiece", 64, "unigram", pad_id=0, eos_id=1, unk_id=2,
+                                   bos_id=-1)
+    return SiglipTokenizer(spm_path, model_max_length=64)
+
+
+def pipeline_zero_shot_image(fx, model, proc, tok, images, kwargs):
+    from transformers import pipeline
+
+    p = pipeline("zero-shot-image-classification", model=model, image_processor=proc, tokenizer=tok, device="cpu")
+    out = p(images, **kwargs)
+    save_json(fx / "references" / "pipeline_zero-shot-image-classification.json",
+              {"task": "zero-shot-image-classification", "inputs": image_inputs_description(),
+               "call_kwargs": kwargs, "outputs": out})
+
+
+def _zero_shot_fixture(name, family, arch, model, proc, tok, text_kwargs, notes):
+    fx = fresh_fixture(name)
+    tmp = tmpdir()
+    d = save_model_dir(model, tmp, proc, tok)
+    out = export_main(d, tmp / "out", "zero-shot-image-classification", 18)
+    produced = sorted(f.name for f in out.glob("*.onnx"))
+    move_onnx(out, fx, {f: f for f in produced})
+    copy_hub_files(d, fx)
+    images = write_images(fx)
+    pv = proc(images=images, return_tensors="np")["pixel_values"]
+    enc = tok(ZS_TEXTS, return_tensors="np", **text_kwargs)
+    graphs = {}
+    for f in produced:
+        g = f"onnx/{f}"
+        feeds = {"pixel_values": pv, **{k: v for k, v in enc.items()}}
+        graphs[g] = {"reference": reference_single(fx, g, feeds)}
+    pipeline_zero_shot_image(fx, model, proc, tok, images, {"candidate_labels": ZS_LABELS})
+    write_manifest(fx, family=family, architecture=arch, task="zero-shot-image-classification", opset=18,
+                   graphs=graphs, notes=notes + [f"optimum exported: {produced}"],
+                   text_inputs={"texts": ZS_TEXTS, "tokenizer_kwargs": text_kwargs})
+    shutil.rmtree(tmp)
+    return fx
+
+
+def build_clip():
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+
+    tmp = tmpdir()
+    tok = clip_tokenizer(tmp)
+    cfg = CLIPConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=16, projection_dim=16,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8, projection_dim=16),
+        projection_dim=16, architectures=["CLIPModel"],
+    )
+    seed(0)
+    model = perturb(CLIPModel(cfg).eval())
+    proc = CLIPImageProcessor(do_resize=True, size={"shortest_edge": 32}, resample=3, do_center_crop=True,
+                              crop_size={"height": 32, "width": 32}, do_rescale=True, rescale_factor=1 / 255,
+                              do_normalize=True, image_mean=[0.48145466, 0.4578275, 0.40821073],
+                              image_std=[0.26862954, 0.26130258, 0.27577711], do_convert_rgb=True)
+    fx = _zero_shot_fixture("clip", "clip", "CLIPModel", model, proc, tok, {"padding": True},
+                            ["text_model.onnx / vision_model.onnx (Xenova's split files) are not produced by "
+                             "optimum-onnx 0.1.0 main_export for clip; only the joint model.onnx"])
+    shutil.rmtree(tmp)
+    return fx
+
+
+def build_siglip():
+    from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel
+
+    tmp = tmpdir()
+    tok = siglip_tokenizer(tmp)
+    cfg = SiglipConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=64, pad_token_id=tok.pad_token_id,
+                         eos_token_id=tok.eos_token_id),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        architectures=["SiglipModel"],
+    )
+    seed(0)
+    model = perturb(SiglipModel(cfg).eval())
+    proc = SiglipImageProcessor(do_resize=True, size={"height": 32, "width": 32}, resample=3, do_rescale=True,
+                                rescale_factor=1 / 255, do_normalize=True, image_mean=[0.5, 0.5, 0.5],
+                                image_std=[0.5, 0.5, 0.5])
+    fx = _zero_shot_fixture("siglip", "siglip", "SiglipModel", model, proc, tok,
+                            {"padding": "max_length", "max_length": 64},
+                            ["tokenizer is sentencepiece (spiece.model, unigram, 64 pieces) as google/siglip-* ship it; "
+                             "transformers has no SiglipTokenizerFast, so no tokenizer.json",
+                             "model.onnx has no attention_mask input (SigLIP pads to max_length=64)"])
+    shutil.rmtree(tmp)
+    return fx
+
+
 BUILDERS = {
     "vit": build_vit,
     "vit-opset14": build_vit_opset14,
     "whisper": build_whisper,
     "whisper-opset14": build_whisper_opset14,
+    "clip": build_clip,
+    "siglip": build_siglip,
 }
 
 
