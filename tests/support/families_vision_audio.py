@@ -936,6 +936,141 @@ def build_siglip():
     return fx
 
 
+
+# ---- Image task heads: DETR, YOLOS, SegFormer, DPT ----------------------------------------------
+
+DET_LABELS = ["N/A", "person", "car", "cat"]
+
+
+def _image_fixture(name, family, arch, task, model, proc, pipeline_fn=None, notes=(), opset=18):
+    fx = fresh_fixture(name)
+    tmp = tmpdir()
+    d = save_model_dir(model, tmp, proc)
+    out = export_main(d, tmp / "out", task, opset)
+    move_onnx(out, fx, {"model.onnx": "model.onnx"})
+    copy_hub_files(d, fx)
+    images = write_images(fx)
+    enc = proc(images=images, return_tensors="np")
+    feeds = {"pixel_values": enc["pixel_values"]}
+    graphs = {"onnx/model.onnx": {"reference": reference_single(fx, "onnx/model.onnx", feeds)}}
+    if pipeline_fn is not None:
+        pipeline_fn(fx, model, proc, images)
+    write_manifest(fx, family=family, architecture=arch, task=task, opset=opset, graphs=graphs, notes=list(notes),
+                   inputs_from="references/image_*.png through preprocessor_config.json")
+    shutil.rmtree(tmp)
+    return fx
+
+
+def pipeline_object_detection(fx, model, proc, images):
+    from transformers import pipeline
+
+    p = pipeline("object-detection", model=model, image_processor=proc, device="cpu")
+    kwargs = {"threshold": 0.0}
+    out = p(images, **kwargs)
+    save_json(fx / "references" / "pipeline_object-detection.json",
+              {"task": "object-detection", "inputs": image_inputs_description(), "call_kwargs": kwargs,
+               "outputs": out})
+
+
+def pipeline_image_segmentation(fx, model, proc, images):
+    from transformers import pipeline
+
+    p = pipeline("image-segmentation", model=model, image_processor=proc, device="cpu")
+    kwargs = {"subtask": "semantic"}
+    out = p(images, **kwargs)
+    save_json(fx / "references" / "pipeline_image-segmentation.json",
+              {"task": "image-segmentation", "inputs": image_inputs_description(), "call_kwargs": kwargs,
+               "outputs": out, "mask_encoding": "PIL 'L' masks summarised as size, pixel sum and md5 of bytes"})
+
+
+def pipeline_depth_estimation(fx, model, proc, images):
+    from transformers import pipeline
+
+    p = pipeline("depth-estimation", model=model, image_processor=proc, device="cpu")
+    out = p(images)
+    save_json(fx / "references" / "pipeline_depth-estimation.json",
+              {"task": "depth-estimation", "inputs": image_inputs_description(), "call_kwargs": {},
+               "outputs": [{"predicted_depth": tensor_stats(o["predicted_depth"]), "depth": o["depth"]} for o in out]})
+
+
+def build_detr():
+    from transformers import DetrConfig, DetrForObjectDetection, DetrImageProcessor, ResNetConfig
+
+    backbone = ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1],
+                            layer_type="basic", out_features=["stage4"])
+    cfg = DetrConfig(use_timm_backbone=False, use_pretrained_backbone=False, backbone=None, backbone_config=backbone,
+                     d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                     decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=6,
+                     id2label=_id2label(DET_LABELS), label2id={n: i for i, n in enumerate(DET_LABELS)},
+                     architectures=["DetrForObjectDetection"])
+    seed(0)
+    model = perturb(DetrForObjectDetection(cfg).eval())
+    proc = DetrImageProcessor(format="coco_detection", do_resize=True, size={"shortest_edge": 64, "longest_edge": 96},
+                              do_rescale=True, do_normalize=True, image_mean=[0.485, 0.456, 0.406],
+                              image_std=[0.229, 0.224, 0.225], do_pad=True)
+    return _image_fixture("detr", "detr", "DetrForObjectDetection", "object-detection", model, proc,
+                          pipeline_object_detection,
+                          ["backbone: transformers ResNet (use_timm_backbone=False), 4 basic stages, out stage4 "
+                           "(stride 32)", "images resized to shortest_edge 64 then padded to the batch max; "
+                           "the graph has no pixel_mask input (optimum's DETR export takes pixel_values only)",
+                           "pipeline threshold 0.0 so every query is reported"])
+
+
+def build_yolos():
+    from transformers import YolosConfig, YolosForObjectDetection, YolosImageProcessor
+
+    cfg = YolosConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                      image_size=[32, 32], patch_size=8, num_detection_tokens=6, use_mid_position_embeddings=False,
+                      id2label=_id2label(DET_LABELS), label2id={n: i for i, n in enumerate(DET_LABELS)},
+                      architectures=["YolosForObjectDetection"])
+    seed(0)
+    model = perturb(YolosForObjectDetection(cfg).eval())
+    proc = YolosImageProcessor(format="coco_detection", do_resize=True, size={"shortest_edge": 32, "longest_edge": 48},
+                               do_rescale=True, do_normalize=True, image_mean=[0.485, 0.456, 0.406],
+                               image_std=[0.229, 0.224, 0.225], do_pad=True)
+    return _image_fixture("yolos", "yolos", "YolosForObjectDetection", "object-detection", model, proc,
+                          pipeline_object_detection,
+                          ["position embeddings are interpolated to the input size inside the graph (bicubic Resize)",
+                           "pipeline threshold 0.0 so every detection token is reported"])
+
+
+def build_segformer():
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation, SegformerImageProcessor
+
+    labels = ["wall", "floor", "sky", "tree", "road"]
+    cfg = SegformerConfig(num_channels=3, num_encoder_blocks=4, depths=[1, 1, 1, 1], sr_ratios=[8, 4, 2, 1],
+                          hidden_sizes=[8, 16, 24, 32], patch_sizes=[7, 3, 3, 3], strides=[4, 2, 2, 2],
+                          num_attention_heads=[1, 1, 2, 2], mlp_ratios=[2, 2, 2, 2], decoder_hidden_size=32,
+                          id2label=_id2label(labels), label2id={n: i for i, n in enumerate(labels)},
+                          architectures=["SegformerForSemanticSegmentation"])
+    seed(0)
+    model = perturb(SegformerForSemanticSegmentation(cfg).eval())
+    proc = SegformerImageProcessor(do_resize=True, size={"height": 32, "width": 32}, resample=2, do_rescale=True,
+                                   do_normalize=True, image_mean=[0.485, 0.456, 0.406],
+                                   image_std=[0.229, 0.224, 0.225], do_reduce_labels=True)
+    return _image_fixture("segformer", "segformer", "SegformerForSemanticSegmentation", "semantic-segmentation",
+                          model, proc, pipeline_image_segmentation,
+                          ["logits are at 1/4 of the input resolution (8x8 for 32x32)"])
+
+
+def build_dpt():
+    from transformers import DPTConfig, DPTForDepthEstimation, DPTImageProcessor
+
+    cfg = DPTConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64, image_size=32,
+                    patch_size=8, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 16, 32, 32],
+                    reassemble_factors=[4, 2, 1, 0.5], fusion_hidden_size=16, head_in_index=-1,
+                    readout_type="project", is_hybrid=False, architectures=["DPTForDepthEstimation"])
+    seed(0)
+    model = perturb(DPTForDepthEstimation(cfg).eval())
+    proc = DPTImageProcessor(do_resize=True, size={"height": 32, "width": 32}, keep_aspect_ratio=False,
+                             ensure_multiple_of=1, resample=3, do_rescale=True, do_normalize=True,
+                             image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], do_pad=False)
+    return _image_fixture("dpt", "dpt", "DPTForDepthEstimation", "depth-estimation", model, proc,
+                          pipeline_depth_estimation,
+                          ["4 ViT layers (one per reassemble stage, backbone_out_indices [0,1,2,3])",
+                           "pipeline record keeps predicted_depth summary stats and the depth image's md5"])
+
+
 BUILDERS = {
     "vit": build_vit,
     "vit-opset14": build_vit_opset14,
@@ -943,6 +1078,10 @@ BUILDERS = {
     "whisper-opset14": build_whisper_opset14,
     "clip": build_clip,
     "siglip": build_siglip,
+    "detr": build_detr,
+    "yolos": build_yolos,
+    "segformer": build_segformer,
+    "dpt": build_dpt,
 }
 
 
