@@ -1071,6 +1071,99 @@ def build_dpt():
                            "pipeline record keeps predicted_depth summary stats and the depth image's md5"])
 
 
+
+# ---- wav2vec2 (CTC), AST (audio-classification) ------------------------------------------------
+
+
+def _audio_fixture(name, family, arch, task, model, fe, tok=None, pipeline_fn=None, notes=(), opset=18,
+                   feed_name="input_values", **export_kw):
+    fx = fresh_fixture(name)
+    tmp = tmpdir()
+    d = save_model_dir(model, tmp, *[x for x in (fe, tok) if x is not None])
+    out = export_main(d, tmp / "out", task, opset, **export_kw)
+    move_onnx(out, fx, {"model.onnx": "model.onnx"})
+    copy_hub_files(d, fx)
+    clips = write_audio(fx, fe.sampling_rate)
+    enc = fe(clips, sampling_rate=fe.sampling_rate, return_tensors="np", padding=True)
+    feeds = {feed_name: enc[feed_name]}
+    graphs = {"onnx/model.onnx": {"reference": reference_single(fx, "onnx/model.onnx", feeds)}}
+    if pipeline_fn is not None:
+        pipeline_fn(fx, model, fe, tok, clips)
+    write_manifest(fx, family=family, architecture=arch, task=task, opset=opset, graphs=graphs, notes=list(notes),
+                   inputs_from="references/audio_*.npy through preprocessor_config.json (batch padded)")
+    shutil.rmtree(tmp)
+    return fx
+
+
+def pipeline_asr_ctc(fx, model, fe, tok, clips):
+    from transformers import pipeline
+
+    p = pipeline("automatic-speech-recognition", model=model, tokenizer=tok, feature_extractor=fe, device="cpu")
+    outs = [p({"raw": c, "sampling_rate": 16000}) for c in clips]
+    save_json(fx / "references" / "pipeline_automatic-speech-recognition.json",
+              {"task": "automatic-speech-recognition", "inputs": audio_inputs_description(),
+               "call": "pipeline(task)({'raw': audio, 'sampling_rate': 16000}), one clip per call",
+               "call_kwargs": {}, "outputs": outs})
+
+
+def pipeline_audio_classification(fx, model, fe, tok, clips):
+    from transformers import pipeline
+
+    p = pipeline("audio-classification", model=model, feature_extractor=fe, device="cpu")
+    kwargs = {"top_k": 5}
+    outs = [p({"raw": c, "sampling_rate": 16000}, **kwargs) for c in clips]
+    save_json(fx / "references" / "pipeline_audio-classification.json",
+              {"task": "audio-classification", "inputs": audio_inputs_description(),
+               "call": "pipeline(task)({'raw': audio, 'sampling_rate': 16000}, **call_kwargs), one clip per call",
+               "call_kwargs": kwargs, "outputs": outs})
+
+
+def build_wav2vec2():
+    from transformers import Wav2Vec2Config, Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor, Wav2Vec2ForCTC
+
+    tmp = tmpdir()
+    letters = list("ETAOINSHRDLUCMFWYPVBGKQJXZ'")
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, "|": 4, **{c: i + 5 for i, c in enumerate(letters)}}
+    (tmp / "vocab.json").write_text(json.dumps(vocab))
+    tok = Wav2Vec2CTCTokenizer(str(tmp / "vocab.json"), unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
+                               eos_token="</s>", word_delimiter_token="|", do_lower_case=False)
+    fe = Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, padding_value=0.0, do_normalize=True,
+                                  return_attention_mask=False)
+    cfg = Wav2Vec2Config(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, conv_dim=(16, 16, 16), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+                         num_feat_extract_layers=3, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
+                         feat_extract_norm="group", do_stable_layer_norm=False, pad_token_id=0, bos_token_id=1,
+                         eos_token_id=2, architectures=["Wav2Vec2ForCTC"])
+    seed(0)
+    model = perturb(Wav2Vec2ForCTC(cfg).eval())
+    with torch.no_grad():  # let letters compete with <pad> in greedy CTC
+        model.lm_head.bias[0] -= 0.5
+    fx = _audio_fixture("wav2vec2", "wav2vec2", "Wav2Vec2ForCTC", "automatic-speech-recognition", model, fe, tok,
+                        pipeline_asr_ctc,
+                        ["3 conv feature layers (stride 20 total), group-norm feature extractor, no attention_mask "
+                         "input (feat_extract_norm='group')", "batch reference pads the 0.75 s clip with zeros"])
+    shutil.rmtree(tmp)
+    return fx
+
+
+def build_ast():
+    from transformers import ASTConfig, ASTFeatureExtractor, ASTForAudioClassification
+
+    labels = ["Speech", "Music", "Sine wave", "Noise", "Silence"]
+    cfg = ASTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=16,
+                    frequency_stride=10, time_stride=10, max_length=64, num_mel_bins=32,
+                    id2label=_id2label(labels), label2id={n: i for i, n in enumerate(labels)},
+                    architectures=["ASTForAudioClassification"])
+    seed(0)
+    model = perturb(ASTForAudioClassification(cfg).eval())
+    fe = ASTFeatureExtractor(feature_size=1, sampling_rate=16000, num_mel_bins=32, max_length=64, padding_value=0.0,
+                             do_normalize=True, mean=-4.2677393, std=4.5689974, return_attention_mask=False)
+    return _audio_fixture("ast", "audio-spectrogram-transformer", "ASTForAudioClassification", "audio-classification",
+                          model, fe, None, pipeline_audio_classification,
+                          ["fbank: 32 mel bins, max_length 64 frames (clips truncated / padded to 0.65 s)",
+                           "input_values is (batch, 64, 32); patches 16x16 with stride 10 -> 2x5 patches"])
+
+
 BUILDERS = {
     "vit": build_vit,
     "vit-opset14": build_vit_opset14,
@@ -1082,6 +1175,8 @@ BUILDERS = {
     "yolos": build_yolos,
     "segformer": build_segformer,
     "dpt": build_dpt,
+    "wav2vec2": build_wav2vec2,
+    "ast": build_ast,
 }
 
 
