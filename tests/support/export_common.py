@@ -17,6 +17,7 @@ Export / variants:
     ``quantize_int8(src, dst)``   onnxruntime ``quantize_dynamic``: int8 weights, per-tensor
     ``convert_fp16(src, dst)``    onnxruntime.transformers ``convert_float_to_float16``, keep_io_types
     ``quantize_q4(src, dst)``     onnxruntime ``MatMulNBitsQuantizer``: 4 bits, block 32, symmetric
+    ``variant_of_merged(fn, decoder, decoder_with_past, dst)``  variant of the two graphs, then merge
 
 References (``references/<stem>.npz``, keys ``"{step}/in/{name}"``, ``"{step}/out/{name}"``):
     ``ort_session(path)``             ORT session, ``ORT_DISABLE_ALL``, one thread
@@ -341,8 +342,101 @@ def convert_fp16(src: str | Path, dst: str | Path) -> Path:
 
     model = onnx.load(str(src))
     model16 = convert_float_to_float16(model, keep_io_types=True)
+    _toposort(model16.graph)  # the converter appends its Casts at the end (transformers.js re-sorts too)
     _save_onnx(model16, dst)
     return Path(dst)
+
+
+def variant_of_merged(
+    fn, decoder: str | Path, decoder_with_past: str | Path, dst: str | Path, strict: bool = True
+) -> Path:
+    """Make a merged-decoder variant by applying ``fn(src, dst)`` to the two unmerged graphs
+    (``decoder_model.onnx``, ``decoder_with_past_model.onnx``) and merging the results with
+    optimum's ``merge_decoders`` (``strict=False`` for seq2seq, as optimum merges those).
+
+    Used for ``_fp16``: onnxruntime's ``convert_float_to_float16(keep_io_types=True)`` breaks an
+    already merged graph (it renames values inside the ``If`` branches but not the branch outputs,
+    and inserts casts that reference renamed outer values), so the fp16 merged decoder is built
+    the way optimum builds any merged decoder: convert each branch, then merge.
+    """
+    from optimum.onnx import merge_decoders
+
+    dst = Path(dst)
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp, "decoder.onnx"), Path(tmp, "decoder_with_past.onnx")
+        fn(decoder, a)
+        fn(decoder_with_past, b)
+        _prefix_cast_names(a, "decoder_")
+        _prefix_cast_names(b, "decoder_with_past_")
+        merge_decoders(decoder=a, decoder_with_past=b, save_path=dst, strict=strict)
+    return dst
+
+
+def _toposort(graph) -> None:
+    """Topologically sort ``graph.node`` in place (stable; subgraphs too). Values not produced in
+    the graph (inputs, initializers, outer scope) count as available."""
+    import onnx
+
+    produced = {o for n in graph.node for o in n.output if o}
+    for n in graph.node:
+        for attr in n.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _toposort(attr.g)
+
+    def needs(n):
+        req = {x for x in n.input if x}
+        for attr in n.attribute:  # outer-scope values a subgraph reads
+            if attr.type == onnx.AttributeProto.GRAPH:
+                inner = {o for m in attr.g.node for o in m.output} | {i.name for i in attr.g.input}
+                inner |= {i.name for i in attr.g.initializer}
+                req |= {x for m in attr.g.node for x in m.input if x and x not in inner}
+        return req & produced
+
+    pending = list(graph.node)
+    ready: set[str] = set()
+    ordered = []
+    while pending:
+        rest = []
+        for n in pending:
+            if needs(n) <= ready:
+                ordered.append(n)
+                ready.update(o for o in n.output if o)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            raise RuntimeError("graph has a cycle")
+        pending = rest
+    copies = [onnx.NodeProto() for _ in ordered]
+    for c, n in zip(copies, ordered):
+        c.CopyFrom(n)
+    del graph.node[:]
+    graph.node.extend(copies)
+
+
+def _prefix_cast_names(path: Path, prefix: str) -> None:
+    """Rename the fp16 converter's ``graph_input_cast_*`` / ``graph_output_cast_*`` values and
+    nodes so the two graphs of a merge do not collide."""
+    import onnx
+
+    model = onnx.load(str(path))
+    tags = ("graph_input_cast", "graph_output_cast")
+
+    def ren(name: str) -> str:
+        return prefix + name if name.startswith(tags) else name
+
+    def walk(graph):
+        for n in graph.node:
+            n.name = ren(n.name)
+            n.input[:] = [ren(x) for x in n.input]
+            n.output[:] = [ren(x) for x in n.output]
+            for attr in n.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    walk(attr.g)
+        for v in list(graph.value_info) + list(graph.output):
+            v.name = ren(v.name)
+
+    walk(model.graph)
+    _save_onnx(model, path)
 
 
 def quantize_q4(src: str | Path, dst: str | Path, block_size: int = 32) -> Path:
