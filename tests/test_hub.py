@@ -1,0 +1,406 @@
+"""Hub resolution, downloads and variant choice, against a fake Hub on loopback (hub_server.py).
+
+Nothing here reaches the network: HF_ENDPOINT and huggingface_hub's constants point at 127.0.0.1.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import transmuter
+from transmuter import hub
+from transmuter.errors import HubError
+
+try:
+    from .hub_server import GOOD_TOKEN, fake_hub  # noqa: F401  (the fixture)
+except ImportError:
+    from hub_server import GOOD_TOKEN, fake_hub  # noqa: F401
+
+HUB_FILES = Path(__file__).resolve().parents[2] / "shared" / "hub-files"
+VALUES = {"fp32": 1.0, "fp16": 2.0, "q8": 3.0, "q4": 4.0, "q4f16": 5.0, "int8": 6.0}
+
+
+# --- fixture repos, built here -------------------------------------------------------------------
+
+def tiny_model(value, size=4):
+    """Y = X + W with W filled with ``value``: the value tells which file was loaded."""
+    w = numpy_helper.from_array(np.full(size, value, np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "W"], ["Y"])], "tiny",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [size])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [size])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def with_external_data(tmp_path, name, value, location=None):
+    """{name: graph bytes, location: weight bytes}, saved by onnx with save_as_external_data."""
+    folder = tmp_path / f"ext-{value}"
+    folder.mkdir(exist_ok=True)
+    location = location or Path(name).name + "_data"
+    onnx.save(tiny_model(value, size=64), folder / Path(name).name, save_as_external_data=True,
+              all_tensors_to_one_file=True, location=location, size_threshold=0)
+    base = str(Path(name).parent)
+    prefix = "" if base == "." else base + "/"
+    return {name: (folder / Path(name).name).read_bytes(),
+            prefix + location: (folder / location).read_bytes()}
+
+
+def variants(component="model", folder="onnx", dtypes=("fp32", "fp16", "q8", "q4")):
+    return {f"{folder}/{component}{hub.DTYPE_SUFFIXES[d]}.onnx":
+            tiny_model(VALUES[d]).SerializeToString() for d in dtypes}
+
+
+def config(**js_config):
+    cfg = {"model_type": "bert"}
+    if js_config:
+        cfg["transformers.js_config"] = js_config
+    return json.dumps(cfg)
+
+
+def weight(path):
+    """The W value of the ONNX file at ``path`` (external data read through the cache's links)."""
+    return float(numpy_helper.to_array(hub.read_onnx(path).graph.initializer[0]).ravel()[0])
+
+
+def onnx_downloads(fake_hub):
+    return sorted(p for p in fake_hub.downloads() if ".onnx" in p)
+
+
+# --- downloads -----------------------------------------------------------------------------------
+
+def test_download_default_variant_only(fake_hub):
+    fake_hub.add("org/multi", {"config.json": config(), "README.md": "# tiny", **variants()})
+    repo = hub.resolve("org/multi")
+    assert repo.onnx_files() == ["onnx/model.onnx", "onnx/model_fp16.onnx", "onnx/model_q4.onnx",
+                                 "onnx/model_quantized.onnx"]
+    path = repo.onnx_file()
+    assert weight(path) == VALUES["fp32"]
+    assert sorted(fake_hub.downloads()) == ["config.json", "onnx/model.onnx"]
+
+
+def test_load_through_transmuter(fake_hub):
+    fake_hub.add("org/multi", {"config.json": config(), **variants()})
+    x = np.zeros(4, np.float32)
+    model = transmuter.load("org/multi", variant="q4")
+    np.testing.assert_array_equal(np.asarray(model(X=x)["Y"]), np.full(4, VALUES["q4"]))
+    model = transmuter.load("org/multi", "onnx/model_fp16.onnx")
+    np.testing.assert_array_equal(np.asarray(model(X=x)["Y"]), np.full(4, VALUES["fp16"]))
+    assert onnx_downloads(fake_hub) == ["onnx/model_fp16.onnx", "onnx/model_q4.onnx"]
+
+
+def test_config_dtype_and_kv_cache_dtype(fake_hub):
+    fake_hub.add("org/cfg", {"config.json": config(dtype="q4", kv_cache_dtype={"q4f16": "float16"}),
+                             **variants(dtypes=("fp32", "q4", "q4f16"))})
+    repo = hub.resolve("org/cfg")
+    chosen = repo.choose()
+    assert (chosen.dtype, chosen.path, chosen.kv_cache_dtype) == ("q4", "onnx/model_q4.onnx",
+                                                                  "float32")
+    assert repo.choose(variant="q4f16").kv_cache_dtype == "float16"
+    assert weight(repo.onnx_file()) == VALUES["q4"]
+    assert onnx_downloads(fake_hub) == ["onnx/model_q4.onnx"]
+
+
+def test_explicit_variant_per_component(fake_hub):
+    files = {"config.json": config(dtype={"vision_encoder": "fp16"}),
+             **variants("vision_encoder", dtypes=("fp32", "fp16")),
+             **variants("decoder_model_merged", dtypes=("fp32", "q4"))}
+    fake_hub.add("org/vlm", files)
+    repo = hub.resolve("org/vlm")
+    wanted = {"vision_encoder": "fp32", "decoder_model_merged": "q4"}
+    assert weight(repo.onnx_file("vision_encoder", wanted)) == VALUES["fp32"]
+    assert weight(repo.onnx_file("decoder_model_merged", wanted)) == VALUES["q4"]
+    assert repo.choose("vision_encoder").dtype == "fp16"  # from config.json
+    assert onnx_downloads(fake_hub) == ["onnx/decoder_model_merged_q4.onnx",
+                                        "onnx/vision_encoder.onnx"]
+
+
+def test_external_data_comes_along(fake_hub, tmp_path):
+    files = {"config.json": config(),
+             **with_external_data(tmp_path, "onnx/model.onnx", 7.0),
+             **with_external_data(tmp_path, "onnx/model_fp16.onnx", 8.0),
+             # onnxruntime-genai's naming, in a subfolder of its own
+             **with_external_data(tmp_path, "cpu-int4/model.onnx", 9.0, "model.onnx.data")}
+    fake_hub.add("org/ext", files)
+    assert weight(hub.resolve("org/ext").onnx_file()) == 7.0
+    assert onnx_downloads(fake_hub) == ["onnx/model.onnx", "onnx/model.onnx_data"]
+    model = transmuter.load("org/ext", "cpu-int4/model.onnx")
+    assert np.asarray(model(X=np.zeros(64, np.float32))["Y"])[0] == 9.0
+    assert "cpu-int4/model.onnx.data" in onnx_downloads(fake_hub)
+    assert not any("fp16" in p for p in onnx_downloads(fake_hub))
+
+
+def test_external_data_named_by_use_external_data_format(fake_hub, tmp_path):
+    files = with_external_data(tmp_path, "onnx/model.onnx", 3.0, "weights.bin")
+    fake_hub.add("org/chunks", {"config.json": config(use_external_data_format=2), **files})
+    with pytest.raises(HubError, match=r"onnx/model.onnx_data.*missing"):
+        hub.resolve("org/chunks").onnx_file()
+    # The referenced file is found by reading the graph, whatever its name.
+    assert weight(hub.resolve("org/chunks").onnx_file(use_external_data_format=False)) == 3.0
+
+
+def test_second_load_from_cache_with_server_stopped(fake_hub):
+    fake_hub.add("org/multi", {"config.json": config(), **variants()})
+    first = hub.resolve("org/multi").onnx_file(variant="fp16")
+    fake_hub.stop()
+    again = transmuter.load("org/multi", variant="fp16")
+    assert np.asarray(again(X=np.zeros(4, np.float32))["Y"])[0] == VALUES["fp16"]
+    assert hub.resolve("org/multi").onnx_file(variant="fp16") == first
+    with pytest.raises(HubError, match=r"org/multi \(offline: only its cached.*no file "
+                                       r"'onnx/model_q4.onnx'"):
+        hub.resolve("org/multi").onnx_file(variant="q4")
+
+
+@pytest.mark.parametrize("how", ["env", "local_files_only"])
+def test_offline_mode(fake_hub, monkeypatch, how):
+    fake_hub.add("org/multi", {"config.json": config(), **variants()})
+    offline = {"local_files_only": how == "local_files_only"}
+    if how == "env":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubError, match=r"Offline.*'org/multi'.*not in the cache"):
+        hub.resolve("org/multi", **offline)
+    assert [entry for entry in fake_hub.log if entry[1] != "GET" or entry[2]] == []  # no API call
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    online = hub.resolve("org/multi").onnx_file()
+    if how == "env":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    before = len(fake_hub.log)
+    assert hub.resolve("org/multi", **offline).onnx_file() == online
+    assert len(fake_hub.log) == before  # not a single request
+
+
+def test_revisions(fake_hub):
+    fake_hub.add("org/rev", {"onnx/model.onnx": tiny_model(1.0).SerializeToString()})
+    fake_hub.add("org/rev", {"onnx/model.onnx": tiny_model(2.0).SerializeToString(),
+                             "onnx/model_fp16.onnx": tiny_model(3.0).SerializeToString()},
+                 revision="v2")
+    main, v2 = hub.resolve("org/rev"), hub.resolve("org/rev", revision="v2")
+    assert main.commit != v2.commit
+    assert main.onnx_files() == ["onnx/model.onnx"]
+    assert weight(main.onnx_file()) == 1.0
+    assert weight(v2.onnx_file()) == 2.0
+    assert weight(hub.resolve("org/rev", revision=v2.commit).onnx_file()) == 2.0
+    fake_hub.stop()
+    assert weight(hub.resolve("org/rev", revision="v2", local_files_only=True).onnx_file()) == 2.0
+    assert weight(hub.resolve("org/rev", local_files_only=True).onnx_file()) == 1.0
+
+
+def test_unknown_revision(fake_hub):
+    fake_hub.add("org/rev", {"onnx/model.onnx": b"x"})
+    with pytest.raises(HubError, match=r"'org/rev' has no revision 'nope'"):
+        hub.resolve("org/rev", revision="nope")
+
+
+def test_missing_file_lists_what_the_repo_has(fake_hub):
+    fake_hub.add("org/multi", {"config.json": config(), **variants(dtypes=("fp32", "fp16"))})
+    repo = hub.resolve("org/multi")
+    for call in (lambda: repo.file("onnx/model_q4.onnx"), lambda: repo.onnx_file(variant="q4"),
+                 lambda: transmuter.load("org/multi", "onnx/decoder_model_merged.onnx")):
+        with pytest.raises(HubError) as info:
+            call()
+        message = str(info.value)
+        assert "org/multi" in message
+        assert "  - onnx/model.onnx\n  - onnx/model_fp16.onnx" in message
+    with pytest.raises(HubError, match="Unknown variant 'q3'"):
+        repo.onnx_file(variant="q3")
+    assert onnx_downloads(fake_hub) == []
+
+
+def test_gated_repo(fake_hub):
+    fake_hub.add("org/gated", {"config.json": config(), **variants(dtypes=("fp32",))}, gated=True)
+    with pytest.raises(HubError, match=r"'org/gated' is gated.*token="):
+        hub.resolve("org/gated").onnx_file()
+    assert fake_hub.downloads() == []
+    path = hub.resolve("org/gated", token=GOOD_TOKEN).onnx_file()
+    assert weight(path) == VALUES["fp32"]
+
+
+@pytest.mark.parametrize("repo_id", ["org/private", "org/does-not-exist"])
+def test_private_or_missing_repo(fake_hub, repo_id):
+    fake_hub.add("org/private", {"onnx/model.onnx": tiny_model(1.0).SerializeToString()},
+                 private=True)
+    with pytest.raises(HubError, match=rf"'{repo_id}' was not found at http://127.0.0.1.*token="):
+        hub.resolve(repo_id)
+    if repo_id == "org/private":
+        assert weight(hub.resolve(repo_id, token=GOOD_TOKEN).onnx_file()) == 1.0
+
+
+def test_unreachable_hub_without_cache(fake_hub):
+    fake_hub.stop()
+    with pytest.raises(HubError, match=r"Cannot reach http://127.0.0.1:\d+ to resolve 'org/x'"):
+        hub.resolve("org/x")
+
+
+def test_server_dies_mid_download(fake_hub, tmp_path):
+    files = with_external_data(tmp_path, "onnx/model.onnx", 5.0)
+    fake_hub.add("org/big", files)
+    fake_hub.fail_midway(files["onnx/model.onnx_data"])
+    repo = hub.resolve("org/big")
+    with pytest.raises(HubError, match=r"Downloading 'onnx/model.onnx_data' of 'org/big'.*failed"):
+        repo.onnx_file()
+    assert not fake_hub.running
+    storage = Path(os.environ["HF_HUB_CACHE"]) / "models--org--big"
+    assert not (storage / "snapshots" / repo.commit / "onnx" / "model.onnx_data").exists()
+    assert not [p for p in (storage / "blobs").iterdir() if p.stat().st_size not in
+                (len(files["onnx/model.onnx"]), len(files["onnx/model.onnx_data"]))]
+    fake_hub.start()  # same ports
+    assert weight(hub.resolve("org/big").onnx_file()) == 5.0
+
+
+# --- local folders -------------------------------------------------------------------------------
+
+def test_local_folder(tmp_path):
+    folder = tmp_path / "my-model"
+    for path, data in {"config.json": config(dtype="fp16"), **variants()}.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_bytes(data.encode() if isinstance(data, str) else data)
+    repo = hub.resolve(folder)
+    assert repo.config()["transformers.js_config"] == {"dtype": "fp16"}
+    assert weight(repo.onnx_file()) == VALUES["fp16"]
+    model = transmuter.load(str(folder), variant="q8")
+    assert np.asarray(model(X=np.zeros(4, np.float32))["Y"])[0] == VALUES["q8"]
+    with pytest.raises(HubError, match=r"my-model.*no file 'onnx/model_bnb4.onnx'"):
+        transmuter.load(folder, variant="bnb4")
+    with pytest.raises(HubError, match="neither a local folder nor a Hub repo id"):
+        hub.resolve(str(tmp_path / "missing" / "deeper" / "x"))
+
+
+# --- variant rules -------------------------------------------------------------------------------
+
+def test_choose_variant_rules():
+    files = ["onnx/model.onnx", "onnx/model_fp16.onnx", "onnx/model_q4.onnx",
+             "onnx/model_quantized.onnx", "onnx/decoder_model_merged_q4f16.onnx"]
+    choose = hub.choose_variant
+    assert choose(files).path == "onnx/model.onnx"
+    assert choose(files, variant="quantized").dtype == "q8"
+    assert choose(files, variant="q8").path == "onnx/model_quantized.onnx"
+    assert choose(files, task_default="q4").path == "onnx/model_q4.onnx"
+    assert choose(files, task_default="bnb4").path == "onnx/model.onnx"  # absent: fp32
+    cfg = {"transformers.js_config": {"dtype": "fp16"}}
+    assert choose(files, config=cfg, task_default="q4").dtype == "fp16"  # config beats the task
+    assert choose(files, variant="q4", config=cfg).dtype == "q4"  # caller beats config
+    cfg = {"transformers.js_config": {"dtype": {"model": "q4", "other": "fp16"}}}
+    assert choose(files, config=cfg).dtype == "q4"
+    assert choose(files, config={"transformers.js_config": {"dtype": "auto"}}).dtype == "fp32"
+    # fp32 absent: the rest, in FALLBACK_ORDER
+    assert choose(files, "decoder_model_merged").dtype == "q4f16"
+    assert choose(["model.onnx", "model_fp16.onnx"]).path == "model.onnx"  # repo root
+    with pytest.raises(HubError, match="no file 'onnx/model_int8.onnx'"):
+        choose(files, variant={"model": "int8"})
+    with pytest.raises(HubError, match="no file 'onnx/vision_encoder.onnx'"):
+        choose(files, "vision_encoder")
+
+
+def test_kv_cache_dtype_rules():
+    assert hub.kv_cache_dtype({}, "q4") is None
+    assert hub.kv_cache_dtype({"kv_cache_dtype": "float16"}, "fp32") == "float16"
+    per_dtype = {"kv_cache_dtype": {"q4f16": "float16", "fp16": "float16"}}
+    assert hub.kv_cache_dtype(per_dtype, "fp16") == "float16"
+    assert hub.kv_cache_dtype(per_dtype, "q4") == "float32"
+
+
+def test_external_data_file_rules():
+    files = ["onnx/model.onnx", "onnx/model.onnx_data", "onnx/model.onnx_data_1",
+             "onnx/model_q4.onnx", "onnx/model_q4.onnx_data", "onnx/model_fp16.onnx",
+             "genai/model.onnx", "genai/model.onnx.data", "onnx/model.onnx_database"]
+    ext = hub.external_data_files
+    assert ext(files, "onnx/model.onnx") == ["onnx/model.onnx_data", "onnx/model.onnx_data_1"]
+    assert ext(files, "onnx/model_q4.onnx") == ["onnx/model_q4.onnx_data"]
+    assert ext(files, "onnx/model_fp16.onnx") == []
+    assert ext(files, "genai/model.onnx") == ["genai/model.onnx.data"]
+    assert ext(files, "onnx/model_q4.onnx", {"model": 1}) == ["onnx/model_q4.onnx_data"]
+    assert ext(files, "onnx/model.onnx", True) == ["onnx/model.onnx_data", "onnx/model.onnx_data_1"]
+    with pytest.raises(HubError, match="model_fp16.onnx_data"):
+        ext(files, "onnx/model_fp16.onnx", {"model_fp16.onnx": 1})
+    with pytest.raises(HubError, match="at most 100"):
+        ext(files, "onnx/model.onnx", 101)
+
+
+def test_repo_ids():
+    assert hub.is_repo_id("Xenova/all-MiniLM-L6-v2")
+    assert hub.is_repo_id("onnx-community/Qwen2.5-0.5B-Instruct")
+    assert not hub.is_repo_id("model.onnx")
+    assert not hub.is_repo_id("dir/model.onnx")
+    assert not hub.is_repo_id("../x")
+    assert not hub.is_repo_id("/abs/path")
+    assert not hub.is_repo_source(b"bytes")
+
+
+# --- real listings and configs (../shared/hub-files) ---------------------------------------------
+
+def real_repo(repo_id):
+    folder = HUB_FILES / repo_id
+    if not (folder / "_listing.txt").is_file():
+        pytest.skip(f"{folder} is absent")
+    lines = (folder / "_listing.txt").read_text().splitlines()
+    files = [line.split("\t")[0] for line in lines if line and not line.startswith("#")]
+    cfg = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() \
+        else {}
+    return files, cfg
+
+
+@pytest.mark.parametrize("repo_id, component, variant, task_default, expected", [
+    ("Xenova/all-MiniLM-L6-v2", "model", None, None, "onnx/model.onnx"),
+    ("Xenova/all-MiniLM-L6-v2", "model", "quantized", None, "onnx/model_quantized.onnx"),
+    ("Xenova/all-MiniLM-L6-v2", "model", "int8", None, "onnx/model_int8.onnx"),
+    ("Xenova/all-MiniLM-L6-v2", "model", None, "q4", "onnx/model.onnx"),
+    ("Xenova/bge-small-en-v1.5", "model", "bnb4", None, "onnx/model_bnb4.onnx"),
+    ("Xenova/bge-small-en-v1.5", "model", "q4f16", None, "onnx/model_q4f16.onnx"),
+    ("Xenova/bge-small-en-v1.5", "model", "uint8", None, "onnx/model_uint8.onnx"),
+    ("Xenova/distilbert-base-uncased-finetuned-sst-2-english", "model", "fp16", None,
+     "onnx/model_fp16.onnx"),
+    ("Xenova/t5-small", "encoder_model", None, None, "onnx/encoder_model.onnx"),
+    ("Xenova/t5-small", "decoder_model_merged", "q8", None,
+     "onnx/decoder_model_merged_quantized.onnx"),
+    ("Xenova/nllb-200-distilled-600M", "decoder_model_merged", "fp16", None,
+     "onnx/decoder_model_merged_fp16.onnx"),
+    ("onnx-community/Qwen2.5-0.5B-Instruct", "model", None, "q4", "onnx/model_q4.onnx"),
+    ("onnx-community/Qwen2.5-0.5B-Instruct", "model", "q4f16", None, "onnx/model_q4f16.onnx"),
+    ("onnx-community/whisper-base", "encoder_model", None, None,
+     "onnx/encoder_model_quantized.onnx"),  # the partial listing has only _quantized
+    ("onnx-community/Florence-2-base", "vision_encoder", None, "q4", "onnx/vision_encoder_q4.onnx"),
+    ("onnx-community/Florence-2-base", "embed_tokens", None, "q4", "onnx/embed_tokens_q4f16.onnx"),
+    ("Xenova/segformer-b0-finetuned-ade-512-512", "model", None, None, "onnx/model.onnx"),
+    ("google-bert/bert-base-uncased", "model", None, None, "model.onnx"),
+    ("dslim/bert-base-NER", "model", None, None, "onnx/model.onnx"),
+])
+def test_variant_rules_on_real_listings(repo_id, component, variant, task_default, expected):
+    files, cfg = real_repo(repo_id)
+    chosen = hub.choose_variant(files, component, variant=variant, config=cfg,
+                                task_default=task_default, name=repo_id)
+    assert chosen.path == expected
+
+
+def test_smolvlm_components_and_kv_cache_dtype():
+    files, cfg = real_repo("HuggingFaceTB/SmolVLM-256M-Instruct")
+    dtypes = {"vision_encoder": "fp32", "embed_tokens": "fp16", "decoder_model_merged": "q4f16"}
+    chosen = {c: hub.choose_variant(files, c, variant=dtypes, config=cfg) for c in dtypes}
+    assert chosen["vision_encoder"].path == "onnx/vision_encoder.onnx"
+    assert chosen["embed_tokens"].path == "onnx/embed_tokens_fp16.onnx"
+    assert chosen["decoder_model_merged"].path == "onnx/decoder_model_merged_q4f16.onnx"
+    # config.json: "kv_cache_dtype": {"q4f16": "float16", "fp16": "float16"}
+    assert chosen["decoder_model_merged"].kv_cache_dtype == "float16"
+    q4 = hub.choose_variant(files, "decoder_model_merged", task_default="q4", config=cfg)
+    assert (q4.path, q4.kv_cache_dtype) == ("onnx/decoder_model_merged_q4.onnx", "float32")
+
+
+def test_real_missing_variant_lists_files():
+    files, cfg = real_repo("Xenova/all-MiniLM-L6-v2")
+    with pytest.raises(HubError) as info:
+        hub.choose_variant(files, variant="q4", config=cfg, name="Xenova/all-MiniLM-L6-v2")
+    assert "onnx/model_q4.onnx" in str(info.value)
+    assert "  - onnx/model_int8.onnx" in str(info.value)
+
+
+def test_real_config_dtype_beats_task_default():
+    folder = HUB_FILES / "Xenova/speecht5_tts"
+    if not (folder / "config.json").is_file():
+        pytest.skip(f"{folder} is absent")
+    cfg = json.loads((folder / "config.json").read_text())  # transformers.js_config.dtype: fp32
+    files = ["onnx/decoder_model_merged.onnx", "onnx/decoder_model_merged_q4.onnx"]
+    chosen = hub.choose_variant(files, "decoder_model_merged", config=cfg, task_default="q4")
+    assert chosen.dtype == "fp32"
