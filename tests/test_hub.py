@@ -269,6 +269,21 @@ def test_local_folder(tmp_path):
         hub.resolve(str(tmp_path / "missing" / "deeper" / "x"))
 
 
+@pytest.mark.parametrize("fixture, component, variant, expected", [
+    ("bert-opset14", "model", None, "onnx/model.onnx"),
+    ("bert-opset14", "model", "quantized", "onnx/model_quantized.onnx"),
+    ("gpt2", "decoder_model_merged", "fp16", "onnx/decoder_model_merged_fp16.onnx"),
+    ("gpt2", "decoder_model_merged", None, "onnx/decoder_model_merged.onnx"),
+])
+def test_fixture_factory_folders(fixture, component, variant, expected):
+    folder = Path(__file__).parent / "fixtures" / fixture
+    if not (folder / "onnx" / Path(expected).name).is_file():
+        pytest.skip(f"{folder} lacks {expected}")
+    repo = hub.resolve(folder)
+    assert repo.choose(component, variant).path == expected
+    assert repo.config().get("model_type")
+
+
 # --- variant rules -------------------------------------------------------------------------------
 
 def test_choose_variant_rules():
