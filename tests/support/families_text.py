@@ -98,9 +98,11 @@ def qwen_tokenizer(work: Path):
     vocab, merges = ec.train_bytelevel_bpe(work, 600, [])
     tok = Qwen2TokenizerFast(
         vocab_file=str(vocab), merges_file=str(merges), unk_token=None, bos_token=None,
-        eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=256,
+        eos_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=256,
     )
+    # ids in Qwen's order: <|endoftext|>, <|im_start|>, <|im_end|>; chat models stop on <|im_end|>
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.eos_token = "<|im_end|>"
     tok.chat_template = CHATML_TEMPLATE
     return tok
 
@@ -110,7 +112,7 @@ def llama_tokenizer(work: Path):
 
     spm = ec.train_sentencepiece(
         work / "tokenizer.model", 700, "bpe", byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-        split_digits=True,
+        split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
     )
     return LlamaTokenizerFast(vocab_file=str(spm), legacy=False, add_bos_token=True, model_max_length=256)
 

@@ -1164,6 +1164,212 @@ def build_ast():
                            "input_values is (batch, 64, 32); patches 16x16 with stride 10 -> 2x5 patches"])
 
 
+
+# ---- VisionEncoderDecoder (ViT + GPT-2), image-to-text-with-past -------------------------------
+
+
+def gpt2_tokenizer(tmp: Path):
+    from transformers import GPT2Tokenizer, GPT2TokenizerFast
+
+    vocab, merges = gpt2_style_vocab(60, specials=("<|endoftext|>",))
+    vf, mf = write_vocab_merges(tmp / "gpt2_tok_src", vocab, merges)
+    GPT2Tokenizer(vf, mf, model_max_length=32).save_pretrained(tmp / "gpt2_tok_slow")
+    return GPT2TokenizerFast.from_pretrained(tmp / "gpt2_tok_slow")
+
+
+def build_vision_encoder_decoder():
+    from transformers import (GenerationConfig, GPT2Config, ViTConfig, ViTImageProcessor, VisionEncoderDecoderConfig,
+                              VisionEncoderDecoderModel, pipeline)
+
+    fx = fresh_fixture("vision-encoder-decoder")
+    tmp = tmpdir()
+    tok = gpt2_tokenizer(tmp)
+    eos = tok.eos_token_id
+    enc = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
+                    patch_size=8)
+    dec = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=32, add_cross_attention=True,
+                     is_decoder=True, bos_token_id=eos, eos_token_id=eos)
+    cfg = VisionEncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
+    cfg.decoder_start_token_id = eos
+    cfg.pad_token_id = eos
+    cfg.eos_token_id = eos
+    cfg.architectures = ["VisionEncoderDecoderModel"]
+    seed(0)
+    model = perturb(VisionEncoderDecoderModel(config=cfg).eval())
+    model.generation_config = GenerationConfig(decoder_start_token_id=eos, bos_token_id=eos, eos_token_id=eos,
+                                               pad_token_id=eos, max_length=16)
+    proc = ViTImageProcessor(do_resize=True, size={"height": 32, "width": 32}, resample=2, do_rescale=True,
+                             do_normalize=True, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+    d = save_model_dir(model, tmp, proc, tok)
+    out = export_main(d, tmp / "out", "image-to-text-with-past", 18)
+    move_onnx(out, fx, {"encoder_model.onnx": "encoder_model.onnx",
+                        "decoder_model_merged.onnx": "decoder_model_merged.onnx"})
+    copy_hub_files(d, fx)
+    images = write_images(fx)
+    pv = proc(images=images, return_tensors="np")["pixel_values"]
+    es = session(fx / "onnx/encoder_model.onnx")
+    ef = cast_feeds(es, {"pixel_values": pv})
+    eo = run(es, ef)
+    graphs = {"onnx/encoder_model.onnx": {"reference": save_reference(fx, "onnx/encoder_model.onnx", [(ef, eo)])}}
+    ds = session(fx / "onnx/decoder_model_merged.onnx")
+    first = {"input_ids": np.array([[eos]] * 2, np.int64), "encoder_hidden_states": eo["last_hidden_state"],
+             "use_cache_branch": np.array([False]), **empty_past(ds, 2)}
+    graphs["onnx/decoder_model_merged.onnx"] = {
+        "reference": save_reference(fx, "onnx/decoder_model_merged.onnx", decoder_steps(ds, first, 3)),
+        "static_inputs": ["use_cache_branch"]}
+    p = pipeline("image-to-text", model=model, image_processor=proc, tokenizer=tok, device="cpu")
+    kwargs = {"generate_kwargs": {"max_new_tokens": 6, "do_sample": False, "num_beams": 1}}
+    save_json(fx / "references" / "pipeline_image-to-text.json",
+              {"task": "image-to-text", "inputs": image_inputs_description(), "call_kwargs": kwargs,
+               "outputs": p(images, **kwargs)})
+    write_manifest(fx, family="vision-encoder-decoder", architecture="VisionEncoderDecoderModel",
+                   task="image-to-text-with-past", opset=18, graphs=graphs,
+                   notes=["encoder ViT (32x32, patch 8), decoder GPT-2 with cross-attention",
+                          "decoder prompt is decoder_start_token_id (<|endoftext|>); 3 greedy KV-cache steps"])
+    shutil.rmtree(tmp)
+    return fx
+
+
+# ---- VITS (text-to-speech) ----------------------------------------------------------------------
+
+TTS_TEXTS = ["hello world", "the cat sat"]
+
+
+def build_vits():
+    from transformers import VitsConfig, VitsModel, VitsTokenizer, pipeline
+
+    fx = fresh_fixture("vits")
+    tmp = tmpdir()
+    chars = ["_", " ", *"abcdefghijklmnopqrstuvwxyz", "'", "<unk>"]
+    (tmp / "vocab.json").write_text(json.dumps({c: i for i, c in enumerate(chars)}))
+    tok = VitsTokenizer(str(tmp / "vocab.json"), pad_token="_", unk_token="<unk>", language=None, add_blank=True,
+                        normalize=True, phonemize=False, is_uroman=False)
+    cfg = VitsConfig(vocab_size=len(chars), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     window_size=4, ffn_dim=64, ffn_kernel_size=3, flow_size=16, spectrogram_bins=17,
+                     upsample_initial_channel=32, upsample_rates=[4, 4], upsample_kernel_sizes=[8, 8],
+                     resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1, 3]], prior_encoder_num_flows=2,
+                     prior_encoder_num_wavenet_layers=2, posterior_encoder_num_wavenet_layers=2,
+                     duration_predictor_filter_channels=32, duration_predictor_num_flows=2,
+                     depth_separable_num_layers=2, use_stochastic_duration_prediction=True,
+                     noise_scale=0.0, noise_scale_duration=0.0, sampling_rate=16000,
+                     architectures=["VitsModel"])
+    seed(0)
+    model = perturb(VitsModel(cfg).eval(), scale=0.02)
+    d = save_model_dir(model, tmp, tok)
+    out = export_main(d, tmp / "out", "text-to-audio", 18)
+    move_onnx(out, fx, {"model.onnx": "model.onnx"})
+    copy_hub_files(d, fx, extra_skip=("vocab.json.bak",))
+    enc = tok(TTS_TEXTS, return_tensors="np", padding=True)
+    graphs = {"onnx/model.onnx": {"reference": reference_single(fx, "onnx/model.onnx", dict(enc))}}
+    p = pipeline("text-to-speech", model=model, tokenizer=tok, device="cpu")
+    outs = [p(t) for t in TTS_TEXTS]
+    save_json(fx / "references" / "pipeline_text-to-speech.json",
+              {"task": "text-to-speech", "inputs": TTS_TEXTS, "call_kwargs": {},
+               "outputs": [{"sampling_rate": o["sampling_rate"], "audio": tensor_stats(o["audio"])} for o in outs]})
+    write_manifest(fx, family="vits", architecture="VitsModel", task="text-to-audio", opset=18, graphs=graphs,
+                   notes=["noise_scale = noise_scale_duration = 0 in config.json so the RandomNormalLike ops in the "
+                          "graph are multiplied by 0 and the references are deterministic",
+                          "stochastic duration predictor; waveform length depends on predicted durations "
+                          "(data-dependent shapes: CumSum / Range / Expand)", "tokenizer: characters, add_blank"],
+                   text_inputs={"texts": TTS_TEXTS, "tokenizer_kwargs": {"padding": True}})
+    shutil.rmtree(tmp)
+    return fx
+
+
+# ---- SpeechT5 (text-to-speech: encoder, merged decoder, postnet + HiFi-GAN) -------------------
+
+
+def build_speecht5():
+    from transformers import (SpeechT5Config, SpeechT5FeatureExtractor, SpeechT5ForTextToSpeech, SpeechT5HifiGan,
+                              SpeechT5HifiGanConfig, SpeechT5Processor, SpeechT5Tokenizer)
+
+    fx = fresh_fixture("speecht5")
+    tmp = tmpdir()
+    spm_path = train_sentencepiece(tmp / "t5spm", "spm_char", 40, "char", bos_id=0, pad_id=1, eos_id=2, unk_id=3)
+    tok = SpeechT5Tokenizer(spm_path)
+    fe = SpeechT5FeatureExtractor(feature_size=1, sampling_rate=16000, num_mel_bins=16, hop_length=16, win_length=64,
+                                  fmin=80, fmax=7600, reduction_factor=2, do_normalize=False, return_attention_mask=True)
+    proc = SpeechT5Processor(feature_extractor=fe, tokenizer=tok)
+    cfg = SpeechT5Config(vocab_size=len(tok), hidden_size=32, encoder_layers=2, encoder_attention_heads=2,
+                         encoder_ffn_dim=64, decoder_layers=2, decoder_attention_heads=2, decoder_ffn_dim=64,
+                         num_mel_bins=16, speaker_embedding_dim=16, speech_decoder_prenet_units=32,
+                         speech_decoder_postnet_units=32, speech_decoder_postnet_layers=2,
+                         speech_decoder_postnet_kernel=5, max_speech_positions=128, max_text_positions=64,
+                         encoder_max_relative_position=16, reduction_factor=2, pad_token_id=1, bos_token_id=0,
+                         eos_token_id=2, decoder_start_token_id=2, architectures=["SpeechT5ForTextToSpeech"])
+    seed(0)
+    model = perturb(SpeechT5ForTextToSpeech(cfg).eval())
+    voc_cfg = SpeechT5HifiGanConfig(model_in_dim=16, sampling_rate=16000, upsample_initial_channel=32,
+                                    upsample_rates=[4, 4], upsample_kernel_sizes=[8, 8], resblock_kernel_sizes=[3],
+                                    resblock_dilation_sizes=[[1, 3]], normalize_before=True)
+    seed(1)
+    vocoder = perturb(SpeechT5HifiGan(voc_cfg).eval())
+    d = save_model_dir(model, tmp, proc)
+    vocoder.save_pretrained(tmp / "vocoder")
+    out = export_main(d, tmp / "out", "text-to-audio", 18, model_kwargs={"vocoder": str(tmp / "vocoder")})
+    produced = sorted(f.name for f in out.glob("*.onnx"))
+    print("  optimum produced", produced)
+    if "decoder_model_merged.onnx" not in produced:
+        # optimum-onnx 0.1.0 post-processing does not merge SpeechT5's decoders; merge them the same way
+        from optimum.onnx import merge_decoders
+
+        merge_decoders(str(out / "decoder_model.onnx"), str(out / "decoder_with_past_model.onnx"),
+                       save_path=str(out / "decoder_model_merged.onnx"), strict=False)
+    keep = {"encoder_model.onnx", "decoder_model_merged.onnx", "decoder_postnet_and_vocoder.onnx"}
+    move_onnx(out, fx, {f: f for f in produced if f in keep})
+    copy_hub_files(d, fx)
+    (fx / "vocoder").mkdir()
+    for f in ["config.json"]:
+        shutil.copy(tmp / "vocoder" / f, fx / "vocoder" / f)
+    text = "hello world"
+    ids = tok(text, return_tensors="np")["input_ids"]
+    rng = np.random.default_rng(7)
+    spk = rng.standard_normal((1, 16)).astype(np.float32)
+    spk /= np.linalg.norm(spk)
+    np.save(fx / "references" / "speaker_embeddings.npy", spk)
+    es = session(fx / "onnx/encoder_model.onnx")
+    ef = cast_feeds(es, {"input_ids": ids})
+    eo = run(es, ef)
+    graphs = {"onnx/encoder_model.onnx": {"reference": save_reference(fx, "onnx/encoder_model.onnx", [(ef, eo)])}}
+    ds = session(fx / "onnx/decoder_model_merged.onnx")
+    first = {"output_sequence": np.zeros((1, 1, 16), np.float32), "speaker_embeddings": spk,
+             "encoder_outputs": eo["encoder_outputs"], "encoder_attention_mask": eo["encoder_attention_mask"],
+             "use_cache_branch": np.array([False]), **empty_past(ds, 1)}
+
+    def next_feeds(new, outs):
+        new["output_sequence"] = outs["output_sequence_out"]
+        return new
+
+    steps = decoder_steps(ds, first, 3, next_feeds=next_feeds)
+    graphs["onnx/decoder_model_merged.onnx"] = {
+        "reference": save_reference(fx, "onnx/decoder_model_merged.onnx", steps), "static_inputs": ["use_cache_branch"]}
+    spectrogram = np.concatenate([o["spectrum"] for _, o in steps], axis=0)
+    ps = session(fx / "onnx/decoder_postnet_and_vocoder.onnx")
+    pf = cast_feeds(ps, {"spectrogram": spectrogram})
+    graphs["onnx/decoder_postnet_and_vocoder.onnx"] = {
+        "reference": save_reference(fx, "onnx/decoder_postnet_and_vocoder.onnx", [(pf, run(ps, pf))])}
+    with torch.no_grad():
+        speech = model.generate_speech(torch.tensor(ids), torch.tensor(spk), vocoder=vocoder, threshold=0.5,
+                                       minlenratio=0.0, maxlenratio=2.0)
+    save_json(fx / "references" / "pipeline_text-to-speech.json",
+              {"task": "text-to-speech", "inputs": {"text": text, "speaker_embeddings": "references/speaker_embeddings.npy"},
+               "call": "model.generate_speech(input_ids, speaker_embeddings, vocoder=vocoder, threshold=0.5, "
+                       "minlenratio=0.0, maxlenratio=2.0) on the torch model (the pipeline wraps the same call)",
+               "call_kwargs": {"threshold": 0.5, "minlenratio": 0.0, "maxlenratio": 2.0},
+               "outputs": {"waveform": tensor_stats(speech)}})
+    write_manifest(fx, family="speecht5", architecture="SpeechT5ForTextToSpeech", task="text-to-audio", opset=18,
+                   graphs=graphs,
+                   notes=["optimum exports batch 1 only (SpeechT5 batched generation is unsupported)",
+                          "decoder takes the full output_sequence each step (prenet) plus the KV cache; "
+                          "step k+1's output_sequence is step k's output_sequence_out",
+                          "postnet+vocoder reference input is the concatenation of the 4 steps' spectrum outputs",
+                          "vocoder/config.json: the tiny SpeechT5HifiGan (weights only live in the ONNX graph)",
+                          f"optimum also produced {[f for f in produced if f not in keep]} (not kept)"],
+                   text_inputs={"text": text, "speaker_embeddings": "references/speaker_embeddings.npy"})
+    shutil.rmtree(tmp)
+    return fx
+
+
 BUILDERS = {
     "vit": build_vit,
     "vit-opset14": build_vit_opset14,
@@ -1177,6 +1383,9 @@ BUILDERS = {
     "dpt": build_dpt,
     "wav2vec2": build_wav2vec2,
     "ast": build_ast,
+    "vision-encoder-decoder": build_vision_encoder_decoder,
+    "vits": build_vits,
+    "speecht5": build_speecht5,
 }
 
 

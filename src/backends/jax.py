@@ -1,0 +1,97 @@
+"""JAX backend: jax.numpy plus lax primitives; compiles with jax.jit.
+
+ONNX graphs are full of int64 and some float64; JAX narrows both unless x64 is on. We enable it
+only inside ``scope()``, around tracing and running, never globally on the user's process."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import NotConcrete, common
+
+
+class JaxNamespace(common.Namespace):
+    module = jnp
+    name = "jax"
+
+    def asarray(self, x, dtype=None):
+        return jnp.asarray(x, dtype=dtype)
+
+    def astype(self, x, dtype):
+        return jnp.asarray(x).astype(dtype)
+
+    def dtype_of(self, x):
+        return np.dtype(x.dtype)
+
+    def softmax(self, x, axis=-1):
+        return jax.nn.softmax(x, axis=axis)
+
+    def log_softmax(self, x, axis=-1):
+        return jax.nn.log_softmax(x, axis=axis)
+
+    def erf(self, x):
+        return jax.scipy.special.erf(x)
+
+    def index_update(self, x, index, updates, mode="set"):
+        ref = x.at[index]
+        return {"set": ref.set, "add": ref.add, "mul": ref.multiply, "max": ref.max,
+                "min": ref.min}[mode](updates, mode="promise_in_bounds" if mode == "set" else None)
+
+    def cond(self, pred, true_fn, false_fn):
+        if not isinstance(pred, jax.core.Tracer):
+            return true_fn() if bool(pred) else false_fn()
+        return lax.cond(jnp.reshape(pred, ()).astype(bool), true_fn, false_fn)
+
+    def conv(self, x, w, *, strides, pads, dilations, groups):
+        """N-d convolution in ONNX layout (N, C, *spatial) with weights (M, C/groups, *kernel)."""
+        nd = x.ndim - 2
+        spatial = "DHW"[-nd:] if nd <= 3 else None
+        dn = lax.conv_dimension_numbers(
+            x.shape, w.shape, ("NC" + spatial, "OI" + spatial, "NC" + spatial)) if spatial else None
+        return lax.conv_general_dilated(
+            x, w, window_strides=tuple(strides), padding=list(zip(pads[:nd], pads[nd:])),
+            rhs_dilation=tuple(dilations), dimension_numbers=dn, feature_group_count=groups,
+            preferred_element_type=None)
+
+    def reduce_window(self, x, init, op, *, window, strides, padding, dilation=None):
+        return lax.reduce_window(x, init, op, tuple(window), tuple(strides), list(padding),
+                                 window_dilation=None if dilation is None else tuple(dilation))
+
+    def topk(self, x, k, *, axis=-1, largest=True):
+        """Top k along ``axis``, ties broken towards the lower index (as ONNX asks)."""
+        moved = jnp.moveaxis(x, axis, -1)
+        if not largest:
+            moved = -moved if jnp.issubdtype(moved.dtype, jnp.floating) or jnp.issubdtype(
+                moved.dtype, jnp.signedinteger) else ~moved
+        values, indices = lax.top_k(moved, k)
+        values = jnp.take_along_axis(jnp.moveaxis(x, axis, -1), indices, axis=-1)
+        return jnp.moveaxis(values, -1, axis), jnp.moveaxis(indices.astype(jnp.int64), -1, axis)
+
+
+class JaxBackend:
+    name = "jax"
+    xp = JaxNamespace()
+
+    def scope(self):
+        return jax.enable_x64(True)
+
+    def asarray(self, value):
+        return jnp.asarray(value)
+
+    def is_array(self, x):
+        return isinstance(x, jax.Array)
+
+    def to_host(self, x):
+        if isinstance(x, jax.core.Tracer):
+            raise NotConcrete()
+        return np.asarray(x)
+
+    def compile(self, fn):
+        return jax.jit(fn)
+
+    def block(self, tree):
+        return jax.block_until_ready(tree)
+
+
+BACKEND = JaxBackend()

@@ -1,0 +1,174 @@
+"""Compiled execution: the graph cut into segments at breaks, each compiled per signature (LRU).
+
+A segment runs nodes[start:stop] under the backend's compiler. Tracing it discovers where it must
+stop: the first node that needs a host value it cannot have (NeedsHost). The segment is compiled up
+to there, run, and the break node runs eagerly on concrete values; the next segment starts after
+it. Static values a segment computes (shapes, folded constants) depend only on its key, so they are
+recorded at trace time and replayed on cache hits."""
+
+import collections
+import dataclasses
+
+import numpy as np
+
+from .errors import InputError
+from .model import check_value
+from .graph import node_reads
+from .runner import NeedsHost, Runner, is_static
+
+
+@dataclasses.dataclass
+class Segment:
+    fn: object  # compiled (params, dynamic values) -> dynamic values at stop
+    stop: int  # index of the break node, or len(nodes)
+    static_out: dict  # static values defined by the segment and live at stop
+
+
+CacheInfo = collections.namedtuple("CacheInfo", "hits misses maxsize currsize")
+
+
+class CompiledFunction:
+    """``fn(inputs) -> {output name: array}``, compiling each new signature on its first call."""
+
+    def __init__(self, model, static_inputs=None, cache_size=8):
+        self.model = model
+        self.static_inputs = {k: np.asarray(v) for k, v in (static_inputs or {}).items()}
+        declared = {v.name: v for v in model.inputs}
+        for name, value in self.static_inputs.items():
+            if name not in declared:
+                raise InputError(f"static_inputs names unknown input {name!r}; the graph takes: "
+                                 f"{', '.join(declared)}")
+            check_value(declared[name], value)
+        self.cache_size = cache_size
+        self._cache = collections.OrderedDict()
+        self._hits = self._misses = 0
+        self._runner = Runner(model.backend, model.opsets)
+        self._live = {}
+
+    def cache_info(self):
+        """hits and misses (compiles) of the segment cache, as functools.lru_cache reports them."""
+        return CacheInfo(self._hits, self._misses, self.cache_size, len(self._cache))
+
+    def cache_clear(self):
+        self._cache.clear()
+        self._hits = self._misses = 0
+
+    def __call__(self, inputs=None, params=None, **kwargs):
+        inputs = dict(inputs or {}, **kwargs)
+        given_static = set(inputs) & set(self.static_inputs)
+        if given_static:
+            raise InputError(f"Input(s) {sorted(given_static)} were fixed by static_inputs when "
+                             "compiling; do not pass them again")
+        model, nodes = self.model, self.model.graph.nodes
+        model.check_inputs(inputs, static=self.static_inputs)
+        params = model.params if params is None else params
+        with model.backend.scope():
+            env = dict(model.constants)
+            env.update(params)
+            env.update(self.static_inputs)
+            env.update({k: self._runner.to_device(v) for k, v in inputs.items()})
+            start = 0
+            while start < len(nodes):
+                start = self._run_segment(start, env, params)
+                if start < len(nodes):  # a break: this node runs eagerly, on concrete values
+                    self._run_break(nodes[start], env)
+                    start += 1
+            return {name: env[name] for name in model.graph.output_names}
+
+    def _run_break(self, node, env):
+        opdef = node.opdef
+        for i, name in enumerate(node.inputs):
+            if name and (opdef.host or opdef.needs_static(i, len(node.inputs))):
+                env[name] = self._runner.to_host(env[name], node)
+        self._runner.run_node(node, env)
+
+    def _live_at(self, index):
+        """Names read by nodes[index:] or returned by the graph."""
+        if index not in self._live:
+            graph = self.model.graph
+            live = set(graph.output_names)
+            for node in graph.nodes[index:]:
+                live |= node_reads(node)
+            self._live[index] = live
+        return self._live[index]
+
+    def _run_segment(self, start, env, params):
+        """Run the segment that starts at ``start`` (compiling it on a miss); return its stop."""
+        live = self._live_at(start)
+        dynamic = {k: env[k] for k in live
+                   if k in env and k not in params and not is_static(env[k])}
+        static = {k: env[k] for k in live
+                  if k in env and k not in self.model.constants and is_static(env[k])}
+        seg_params = {k: params[k] for k in live if k in params}
+        key = (start, _signature(dynamic), _static_key(static))
+        segment = self._cache.get(key)
+        if segment is not None:
+            self._hits += 1
+            self._cache.move_to_end(key)
+            outputs = segment.fn(seg_params, dynamic)
+        else:
+            self._misses += 1
+            segment, outputs = self._build(start, env, dynamic, seg_params)
+            self._cache[key] = segment
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        if segment.fn is not None:
+            env.update(outputs)
+            env.update(segment.static_out)
+        return segment.stop
+
+    def _build(self, start, env, dynamic, seg_params, stop=None):
+        """Compile and run nodes[start:stop]; when tracing finds a break, stop there instead."""
+        model, nodes = self.model, self.model.graph.nodes
+        end = len(nodes) if stop is None else stop
+        if end == start:
+            return Segment(None, start, {}), None
+        base = {k: v for k, v in env.items() if is_static(v)}
+        live_out = self._live_at(end)
+        recorded = {}
+
+        def segment(p, values):
+            scope = dict(base)
+            scope.update(p)
+            scope.update(values)
+            for index in range(start, end):
+                try:
+                    self._runner.run_node(nodes[index], scope)
+                except NeedsHost as brk:
+                    brk.index = index
+                    raise
+            out = {k: scope[k] for k in live_out if k in scope}
+            recorded.clear()
+            recorded.update({k: v for k, v in out.items() if is_static(v) and k not in base})
+            return {k: v for k, v in out.items() if not is_static(v) and k not in p}
+
+        fn = model.backend.compile(segment)
+        try:
+            outputs = fn(seg_params, dynamic)  # traces, compiles and runs
+        except NeedsHost as brk:
+            return self._build(start, env, dynamic, seg_params, stop=brk.index)
+        return Segment(fn, end, dict(recorded)), outputs
+
+
+def _signature(values):
+    return tuple(sorted((k, tuple(v.shape), str(v.dtype)) for k, v in values.items()))
+
+
+def _static_key(values):
+    def key(v):
+        if isinstance(v, list):
+            return tuple(key(x) for x in v)
+        if v is None:
+            return None
+        a = np.asarray(v)
+        return (a.dtype.str, a.shape, a.tobytes() if a.dtype != object else tuple(a.flat))
+
+    return tuple(sorted((k, key(v)) for k, v in values.items()))
+
+
+def compile(model, example_inputs, *, static_inputs=None, cache_size=8):
+    """A function of the model's inputs, compiled for the example's shapes (and new ones on their
+    first call, keeping the ``cache_size`` most recently used)."""
+    fn = CompiledFunction(model, static_inputs=static_inputs, cache_size=cache_size)
+    fn(example_inputs)
+    return fn

@@ -1,0 +1,179 @@
+"""Model: a parsed ONNX graph with its initializers, opsets and backend."""
+
+import os
+
+import numpy as np
+import onnx
+
+from . import backends, dtypes, ops
+from .errors import InputError, ModelLoadError, UnsupportedOperatorError
+from .graph import parse_graph, walk
+
+# Float initializers above this many elements become params: device arrays passed to compiled
+# functions as arguments. Smaller ones (and all integer ones) stay static, on the host, where they
+# fold into shape computations and constants.
+PARAM_MIN_SIZE = 64
+
+
+def read_proto(source) -> onnx.ModelProto:
+    if isinstance(source, onnx.ModelProto):
+        return source
+    try:
+        if isinstance(source, (bytes, bytearray)):
+            return onnx.load_from_string(bytes(source))
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise ModelLoadError(f"No ONNX file at {path!r}")
+        return onnx.load(path, load_external_data=True)
+    except ModelLoadError:
+        raise
+    except Exception as e:
+        raise ModelLoadError(f"Cannot read ONNX model from {_describe(source)}: {e}") from e
+
+
+def _describe(source):
+    return f"{len(source)} bytes" if isinstance(source, (bytes, bytearray)) else repr(str(source))
+
+
+class Model:
+    """A loaded ONNX model. Call it like the model it was exported from: ``model(**inputs)``."""
+
+    def __init__(self, proto: onnx.ModelProto, backend="jax", compute_type=None, trainable=False):
+        self.proto = proto
+        self.backend = backends.get(backend)
+        self.opsets = {("" if d.domain == "ai.onnx" else d.domain): d.version
+                       for d in proto.opset_import}
+        try:
+            self.graph = parse_graph(proto.graph)
+        except Exception as e:
+            raise ModelLoadError(f"Cannot parse the ONNX graph: {e}") from e
+        self._resolve_ops()
+        self.compute_type = compute_type
+        self.trainable = trainable
+        self.constants, self.params = {}, {}
+        with self.backend.scope():
+            for name, value in self.graph.initializers.items():
+                if _is_param(value, trainable):
+                    self.params[name] = self.backend.asarray(value)
+                else:
+                    self.constants[name] = value
+        self.graph.initializers = {}
+        self._default_fn = None
+
+    def _resolve_ops(self):
+        missing = set()
+        for node in walk(self.graph):
+            opset = self.opsets.get("" if node.domain == "ai.onnx" else node.domain)
+            node.opdef = ops.lookup(node.domain, node.op_type, opset or 1)
+            if node.opdef is None:
+                missing.add((node.domain, node.op_type, opset))
+        if missing:
+            raise UnsupportedOperatorError(missing)
+
+    @property
+    def inputs(self):
+        return self.graph.inputs
+
+    @property
+    def outputs(self):
+        return self.graph.outputs
+
+    def __repr__(self):
+        return (f"Model(backend={self.backend.name!r}, inputs={self.inputs}, "
+                f"outputs={self.outputs})")
+
+    def check_inputs(self, inputs: dict, static=()):
+        """Raise InputError naming the input at fault if ``inputs`` do not fit the graph."""
+        declared = {v.name: v for v in self.inputs}
+        for name in inputs:
+            if name not in declared:
+                raise InputError(f"Unknown input {name!r}; the graph takes: "
+                                 f"{', '.join(declared) or 'nothing'}")
+        for name, info in declared.items():
+            if name not in inputs:
+                if name in static:
+                    continue
+                raise InputError(f"Missing input {name!r} ({info!r})")
+            check_value(info, inputs[name])
+
+    def __call__(self, **kwargs):
+        from .compiled import CompiledFunction
+
+        names = {v.name for v in self.inputs}
+        feed = {k: _to_numpy(v) for k, v in kwargs.items() if k in names}
+        if self._default_fn is None:
+            self._default_fn = CompiledFunction(self)
+        return Outputs(self._default_fn(feed))
+
+
+class Outputs(dict):
+    """The graph's outputs by name; also readable as attributes (``out.last_hidden_state``)."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"No output {name!r}; outputs are: {', '.join(self)}") from None
+
+
+def check_value(info, value):
+    if not isinstance(info.dtype, np.dtype):
+        return
+    dtype = getattr(value, "dtype", None)
+    try:
+        dtype = np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
+    except TypeError:  # an MLX dtype
+        dtype = np.dtype(str(dtype).split(".")[-1])
+    if dtype != info.dtype and not (info.dtype == object and dtype.kind in "OUS"):
+        raise InputError(f"Input {info.name!r} has dtype {dtypes.name(dtype)}, but the graph "
+                         f"declares {dtypes.name(info.dtype)}: convert it (e.g. "
+                         f"np.asarray(x, dtype=np.{dtypes.name(info.dtype)}))")
+    if info.shape is None:
+        return
+    shape = tuple(np.shape(value)) if not hasattr(value, "shape") else tuple(value.shape)
+    if len(shape) != len(info.shape):
+        raise InputError(f"Input {info.name!r} has rank {len(shape)} (shape {list(shape)}), but "
+                         f"the graph declares rank {len(info.shape)} ({info!r})")
+    for got, want in zip(shape, info.shape):
+        if isinstance(want, int) and want > 0 and got != want:
+            raise InputError(f"Input {info.name!r} has shape {list(shape)}, but the graph "
+                             f"declares {info!r}")
+
+
+def _is_param(value, trainable):
+    if value.dtype == object or not dtypes.is_float(value.dtype):
+        return False
+    return value.size > PARAM_MIN_SIZE or (trainable and value.size > 1)
+
+
+def _to_numpy(value):
+    """Accept NumPy, JAX, MLX or PyTorch tensors (and lists) as inputs."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
+        return value.detach().cpu().numpy()
+    if isinstance(value, (list, tuple, int, float, bool)):
+        return np.asarray(value)
+    return value
+
+
+def load(source, file=None, *, backend="jax", compute_type=None, trainable=False, revision=None,
+         cache_dir=None, local_files_only=False, token=None, variant=None) -> Model:
+    """Load an ONNX model.
+
+    ``source`` is a path to an .onnx file, its bytes, an ``onnx.ModelProto``, or a repo: a Hub id
+    ("org/name", downloaded through huggingface_hub at ``revision`` into its cache or ``cache_dir``,
+    with ``token`` and ``local_files_only``) or a local folder. For a repo, ``file`` is the path
+    inside it (e.g. "onnx/model_fp16.onnx"); without it, ``onnx/model*.onnx`` is chosen by
+    ``variant`` ("fp32", "fp16", "q8", "q4", ...), else config.json's ``transformers.js_config``,
+    else fp32, then the other variants the repo has. External data files come along.
+    """
+    from . import hub
+
+    if hub.is_repo_source(source):
+        repo = hub.resolve(source, revision=revision, cache_dir=cache_dir,
+                           local_files_only=local_files_only, token=token)
+        path = repo.fetch_onnx(file) if file else repo.onnx_file("model", variant=variant)
+        source = hub.read_onnx(path)  # external data may sit behind the cache's symlinks
+    elif file is not None:
+        raise ModelLoadError(f"file={file!r} applies only when source is a Hub id or a folder")
+    return Model(read_proto(source), backend=backend, compute_type=compute_type,
+                 trainable=trainable)

@@ -1,0 +1,81 @@
+"""Operator registry: (domain, op_type) -> versions, each a function whose signature is the spec.
+
+An op function takes the array namespace first, then its inputs positionally (a missing optional
+input is None), then its attributes as keywords with their ONNX defaults:
+
+    @op("Softmax", since=13)
+    def softmax(xp, x, *, axis=-1): ...
+
+Registration metadata tells the runner what it needs, so the runner never branches on op names:
+- ``static``: input positions that must be known on the host (Reshape's shape, Slice's starts...).
+- ``host``: the output shape depends on input values (NonZero, Unique): the op always runs on the
+  host, on concrete values.
+- ``context``: the op receives ``ctx=`` (number of outputs, random key, opset, node name).
+- ``subgraphs``: the op receives GRAPH attributes as callables and ``ctx``.
+"""
+
+import dataclasses
+from typing import Callable
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDef:
+    domain: str
+    op_type: str
+    since: int
+    fn: Callable
+    static: tuple = ()
+    host: bool = False
+    context: bool = False
+
+    def needs_static(self, i: int, n_inputs: int) -> bool:
+        if self.static == "all":
+            return True
+        return i in self.static or (i - n_inputs) in self.static
+
+
+_REGISTRY: dict = {}
+
+
+def _norm_domain(domain: str) -> str:
+    return "" if domain in DEFAULT_DOMAINS else domain
+
+
+def op(op_type: str, since: int = 1, *, domain: str = "", static=(), host=False, context=False):
+    """Register ``fn`` as ``op_type`` from opset version ``since`` on."""
+
+    def register(fn):
+        key = (_norm_domain(domain), op_type)
+        _REGISTRY.setdefault(key, []).append(
+            OpDef(_norm_domain(domain), op_type, since, fn, tuple(static) if static != "all" else "all",
+                  host, context))
+        _REGISTRY[key].sort(key=lambda d: d.since)
+        return fn
+
+    return register
+
+
+def lookup(domain: str, op_type: str, opset: int):
+    """The newest version of ``op_type`` with ``since <= opset``, or None."""
+    versions = _REGISTRY.get((_norm_domain(domain), op_type), [])
+    found = None
+    for d in versions:
+        if d.since <= opset:
+            found = d
+    return found
+
+
+def registered():
+    """All (domain, op_type) pairs that have an implementation."""
+    return sorted(_REGISTRY)
+
+
+class NeedsStatic(Exception):
+    """Raised by an op that cannot go on with a traced value: the runner reads ``inputs`` (input
+    positions) to the host and calls the op again; with no positions, the node runs eagerly."""
+
+    def __init__(self, *inputs):
+        super().__init__(inputs)
+        self.inputs = inputs
