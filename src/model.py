@@ -24,7 +24,9 @@ def read_proto(source) -> onnx.ModelProto:
         path = os.fspath(source)
         if not os.path.isfile(path):
             raise ModelLoadError(f"No ONNX file at {path!r}")
-        return onnx.load(path, load_external_data=True)
+        from .hub import read_onnx  # reads external data itself, also behind cache symlinks
+
+        return read_onnx(path)
     except ModelLoadError:
         raise
     except Exception as e:
