@@ -114,7 +114,10 @@ def llama_tokenizer(work: Path):
         work / "tokenizer.model", 700, "bpe", byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
         split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
     )
-    return LlamaTokenizerFast(vocab_file=str(spm), legacy=False, add_bos_token=True, model_max_length=256)
+    # Llama-2 / TinyLlama layout: normalizer Prepend("▁") + Replace(" ", "▁"), byte-fallback BPE
+    return LlamaTokenizerFast(
+        vocab_file=str(spm), legacy=True, add_prefix_space=True, add_bos_token=True, model_max_length=256
+    )
 
 
 def t5_tokenizer(work: Path):
