@@ -1315,6 +1315,7 @@ def build_speecht5():
 
         merge_decoders(str(out / "decoder_model.onnx"), str(out / "decoder_with_past_model.onnx"),
                        save_path=str(out / "decoder_model_merged.onnx"), strict=False)
+        produced.append("decoder_model_merged.onnx")
     keep = {"encoder_model.onnx", "decoder_model_merged.onnx", "decoder_postnet_and_vocoder.onnx"}
     move_onnx(out, fx, {f: f for f in produced if f in keep})
     copy_hub_files(d, fx)
@@ -1333,7 +1334,7 @@ def build_speecht5():
     graphs = {"onnx/encoder_model.onnx": {"reference": save_reference(fx, "onnx/encoder_model.onnx", [(ef, eo)])}}
     ds = session(fx / "onnx/decoder_model_merged.onnx")
     first = {"output_sequence": np.zeros((1, 1, 16), np.float32), "speaker_embeddings": spk,
-             "encoder_outputs": eo["encoder_outputs"], "encoder_attention_mask": eo["encoder_attention_mask"],
+             "encoder_hidden_states": eo["encoder_outputs"], "encoder_attention_mask": eo["encoder_attention_mask"],
              "use_cache_branch": np.array([False]), **empty_past(ds, 1)}
 
     def next_feeds(new, outs):
@@ -1364,7 +1365,9 @@ def build_speecht5():
                           "step k+1's output_sequence is step k's output_sequence_out",
                           "postnet+vocoder reference input is the concatenation of the 4 steps' spectrum outputs",
                           "vocoder/config.json: the tiny SpeechT5HifiGan (weights only live in the ONNX graph)",
-                          f"optimum also produced {[f for f in produced if f not in keep]} (not kept)"],
+                          "optimum-onnx 0.1.0 main_export leaves decoder_model.onnx + decoder_with_past_model.onnx "
+                          "unmerged for SpeechT5; decoder_model_merged.onnx is optimum.onnx.merge_decoders(strict=False) "
+                          "of the two, as in Xenova/speecht5_tts; the unmerged files are not kept"],
                    text_inputs={"text": text, "speaker_embeddings": "references/speaker_embeddings.npy"})
     shutil.rmtree(tmp)
     return fx
