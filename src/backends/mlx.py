@@ -1,0 +1,245 @@
+"""MLX backend (Apple silicon; ``mlx[cpu]`` on Linux): mlx.core behind NumPy's names.
+
+MLX's API is close to NumPy's; this module bridges the differences (dtypes are NumPy dtypes at the
+namespace boundary, ``dtype=`` arguments of reductions, names such as ``bitwise_not``) so that ops
+are written once. float64 exists only on the CPU stream in MLX."""
+
+import contextlib
+
+import ml_dtypes
+import mlx.core as mx
+import numpy as np
+
+from . import NotConcrete, common
+
+_NP_TO_MX = {
+    np.dtype(np.float32): mx.float32, np.dtype(np.float16): mx.float16,
+    np.dtype(np.float64): mx.float64, np.dtype(ml_dtypes.bfloat16): mx.bfloat16,
+    np.dtype(np.int8): mx.int8, np.dtype(np.int16): mx.int16, np.dtype(np.int32): mx.int32,
+    np.dtype(np.int64): mx.int64, np.dtype(np.uint8): mx.uint8, np.dtype(np.uint16): mx.uint16,
+    np.dtype(np.uint32): mx.uint32, np.dtype(np.uint64): mx.uint64, np.dtype(np.bool_): mx.bool_,
+    np.dtype(np.complex64): mx.complex64,
+}
+_MX_TO_NP = {v: k for k, v in _NP_TO_MX.items()}
+
+
+def mx_dtype(dtype):
+    if isinstance(dtype, mx.Dtype):
+        return dtype
+    if dtype is None:
+        return None
+    if dtype in (bool, int, float):
+        dtype = {bool: np.bool_, int: np.int64, float: np.float32}[dtype]
+    try:
+        return _NP_TO_MX[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"MLX has no {np.dtype(dtype).name} arrays") from None
+
+
+def to_mx(value, dtype=None):
+    if isinstance(value, mx.array):
+        return value if dtype is None else value.astype(mx_dtype(dtype))
+    a = np.asarray(value)
+    target = mx_dtype(dtype if dtype is not None else a.dtype)
+    if a.dtype == np.dtype(ml_dtypes.bfloat16):
+        return mx.array(a.astype(np.float32)).astype(target)
+    if dtype is not None and np.dtype(dtype) != a.dtype:
+        return mx.array(a).astype(target)
+    return mx.array(a, dtype=target)
+
+
+class MlxNamespace(common.Namespace):
+    module = mx
+    name = "mlx"
+
+    def asarray(self, x, dtype=None):
+        return to_mx(x, dtype)
+
+    def astype(self, x, dtype):
+        return to_mx(x).astype(mx_dtype(dtype))
+
+    def dtype_of(self, x):
+        return _MX_TO_NP[x.dtype] if isinstance(x, mx.array) else np.asarray(x).dtype
+
+    # Constructors take NumPy dtypes.
+    def zeros(self, shape, dtype=np.float32):
+        return mx.zeros(tuple(shape), dtype=mx_dtype(dtype))
+
+    def ones(self, shape, dtype=np.float32):
+        return mx.ones(tuple(shape), dtype=mx_dtype(dtype))
+
+    def full(self, shape, value, dtype=None):
+        return mx.full(tuple(shape), to_mx(value, dtype))
+
+    def zeros_like(self, x):
+        return mx.zeros_like(x)
+
+    def arange(self, *args, dtype=None):
+        return mx.arange(*args, dtype=mx_dtype(dtype or np.int64))
+
+    # Reductions: MLX has no dtype= argument; cast first.
+    def sum(self, x, axis=None, keepdims=False, dtype=None):
+        x = to_mx(x, dtype)
+        return mx.sum(x, axis=_axes(axis), keepdims=keepdims)
+
+    def prod(self, x, axis=None, keepdims=False, dtype=None):
+        return mx.prod(to_mx(x, dtype), axis=_axes(axis), keepdims=keepdims)
+
+    def mean(self, x, axis=None, keepdims=False):
+        return mx.mean(x, axis=_axes(axis), keepdims=keepdims)
+
+    def var(self, x, axis=None, keepdims=False):
+        return mx.var(x, axis=_axes(axis), keepdims=keepdims)
+
+    def max(self, x, axis=None, keepdims=False):
+        return mx.max(x, axis=_axes(axis), keepdims=keepdims)
+
+    def min(self, x, axis=None, keepdims=False):
+        return mx.min(x, axis=_axes(axis), keepdims=keepdims)
+
+    def cumsum(self, x, axis=None, dtype=None):
+        return mx.cumsum(to_mx(x, dtype), axis=axis)
+
+    def squeeze(self, x, axis=None):
+        return mx.squeeze(x, axis=_axes(axis))
+
+    def transpose(self, x, axes=None):
+        return mx.transpose(x, axes)
+
+    def reshape(self, x, shape):
+        return mx.reshape(x, tuple(int(d) for d in shape))
+
+    def broadcast_to(self, x, shape):
+        return mx.broadcast_to(x, tuple(shape))
+
+    def concatenate(self, xs, axis=0):
+        return mx.concatenate([to_mx(x) for x in xs], axis=axis)
+
+    def stack(self, xs, axis=0):
+        return mx.stack([to_mx(x) for x in xs], axis=axis)
+
+    def take(self, x, indices, axis=None):
+        return mx.take(x, to_mx(indices), axis=axis)
+
+    def where(self, cond, x, y):
+        return mx.where(to_mx(cond), to_mx(x) if isinstance(x, np.ndarray) else x,
+                        to_mx(y) if isinstance(y, np.ndarray) else y)
+
+    def clip(self, x, lo, hi):
+        return mx.clip(x, lo, hi)
+
+    # Names that differ from NumPy's.
+    def bitwise_not(self, x):
+        return mx.bitwise_invert(x)
+
+    def mod(self, a, b):
+        return mx.remainder(a, b)
+
+    def fmod(self, a, b):
+        if self.is_float(a):
+            return a - b * mx.trunc(a / b) if hasattr(mx, "trunc") else a - b * (a / b).astype(
+                mx.int64).astype(a.dtype)
+        r = mx.remainder(a, b)
+        return mx.where((r != 0) & ((a < 0) != (b < 0)), r - b, r)
+
+    def matmul(self, a, b):
+        if self.is_float(a):
+            return mx.matmul(a, b)
+        # MLX multiplies floating point only; integer products are exact in float64.
+        return mx.matmul(a.astype(mx.float64), b.astype(mx.float64)).astype(a.dtype)
+
+    def pad(self, x, width, mode="constant", constant_values=0):
+        width = [(int(lo), int(hi)) for lo, hi in width]
+        if mode in ("constant", "edge"):
+            return mx.pad(x, width, mode=mode, constant_values=to_mx(constant_values)
+                          if mode == "constant" else 0)
+        for axis, (lo, hi) in enumerate(width):
+            if lo or hi:
+                x = _pad_axis(x, axis, lo, hi, mode)
+        return x
+
+    def swapaxes(self, x, a, b):
+        return mx.swapaxes(x, a, b)
+
+    def index_update(self, x, index, updates, mode="set"):
+        index = tuple(to_mx(i) if isinstance(i, np.ndarray) else i for i in index)
+        if mode == "set":
+            out = mx.array(x)
+            out[index] = updates
+            return out
+        ref = x.at[index]
+        return {"add": ref.add, "mul": ref.multiply, "max": ref.maximum,
+                "min": ref.minimum}[mode](updates)
+
+    def erf(self, x):
+        return mx.erf(x)
+
+    def softmax(self, x, axis=-1):
+        return mx.softmax(x, axis=axis, precise=True)
+
+    def log_softmax(self, x, axis=-1):
+        return x - mx.logsumexp(x, axis=axis, keepdims=True)
+
+    def logaddexp(self, a, b):
+        return mx.logaddexp(to_mx(a), to_mx(b))
+
+    def cond(self, pred, true_fn, false_fn):
+        # MLX has no lazy conditional: both branches run, and where() picks (shapes must agree).
+        t, f = true_fn(), false_fn()
+        p = mx.reshape(to_mx(pred), ()).astype(mx.bool_)
+        return [mx.where(p, a, b) for a, b in zip(t, f)]
+
+
+def _axes(axis):
+    if axis is None:
+        return None
+    if isinstance(axis, (tuple, list)):
+        return [int(a) for a in axis]
+    return int(axis)
+
+
+def _pad_axis(x, axis, lo, hi, mode):
+    n = x.shape[axis]
+
+    def take(idx):
+        return mx.take(x, mx.array(np.asarray(idx, np.int64)), axis=axis)
+
+    if mode == "reflect":
+        before, after = take(np.arange(lo, 0, -1)), take(np.arange(n - 2, n - 2 - hi, -1))
+    else:  # wrap
+        before, after = take(np.arange(n - lo, n) % n), take(np.arange(0, hi) % n)
+    return mx.concatenate([before, x, after], axis=axis)
+
+
+class MlxBackend:
+    name = "mlx"
+    xp = MlxNamespace()
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def asarray(self, value):
+        return to_mx(value)
+
+    def is_array(self, x):
+        return isinstance(x, mx.array)
+
+    def to_host(self, x):
+        try:
+            if x.dtype == mx.bfloat16:
+                return np.array(x.astype(mx.float32)).astype(ml_dtypes.bfloat16)
+            return np.array(x)
+        except ValueError as e:
+            if "eval" in str(e):  # reading a value inside mx.compile
+                raise NotConcrete() from None
+            raise
+
+    def compile(self, fn):
+        return mx.compile(fn)
+
+    def block(self, tree):
+        mx.eval(tree)
+        return tree
+
+
+BACKEND = MlxBackend()
