@@ -28,7 +28,7 @@ def mx_dtype(dtype):
         return dtype
     if dtype is None:
         return None
-    if dtype in (bool, int, float):
+    if dtype is bool or dtype is int or dtype is float:
         dtype = {bool: np.bool_, int: np.int64, float: np.float32}[dtype]
     try:
         return _NP_TO_MX[np.dtype(dtype)]

@@ -1,0 +1,216 @@
+"""The engine's contract: eager and compiled runs agree with onnxruntime, breaks compile per
+signature, static_inputs remove breaks, errors name what is wrong."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import transmuter
+
+BACKENDS = ["jax", "mlx"]
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(v, k) for k, v in dict(initializers).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def info(name, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def reference(model, feed):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options)
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+
+
+def nonzero_reshape_model():
+    """y = x[mask] reshaped to (-1, 2) via NonZero -> Transpose -> GatherND: value-dependent shape."""
+    return make_model(
+        [helper.make_node("Greater", ["x", "zero"], ["mask"]),
+         helper.make_node("NonZero", ["mask"], ["nz"]),
+         helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+         helper.make_node("GatherND", ["x", "idx"], ["picked"]),
+         helper.make_node("Reshape", ["picked", "shape"], ["r"]),
+         helper.make_node("Mul", ["r", "two"], ["y"])],
+        [info("x", TensorProto.FLOAT, ["n", "m"])], [info("y", TensorProto.FLOAT, None)],
+        {"zero": np.array(0, np.float32), "shape": np.array([-1, 2], np.int64),
+         "two": np.array(2, np.float32)})
+
+
+def computed_reshape_model():
+    """Reshape x to a target computed from data (ReduceMax of an int input): a break."""
+    return make_model(
+        [helper.make_node("ReduceMax", ["k"], ["kmax"], keepdims=1),
+         helper.make_node("Concat", ["kmax", "minus1"], ["target"], axis=0),
+         helper.make_node("Reshape", ["x", "target"], ["r"]),
+         helper.make_node("Sigmoid", ["r"], ["y"])],
+        [info("x", TensorProto.FLOAT, [4, 6]), info("k", TensorProto.INT64, [1])],
+        [info("y", TensorProto.FLOAT, None)], {"minus1": np.array([-1], np.int64)})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nonzero_reshape_compiled_matches_eager_and_ort(backend):
+    proto = nonzero_reshape_model()
+    model = transmuter.load(proto, backend=backend)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    x[0, 0] = abs(x[0, 0]) + 1
+    x[0, 1] = abs(x[0, 1]) + 1
+    x = np.where(np.arange(24).reshape(4, 6) % 5 < 2, np.abs(x) + 0.1, -np.abs(x))
+    x = x.astype(np.float32)
+    want = reference(proto, {"x": x})["y"]
+    eager = np.asarray(transmuter.run(model, {"x": x})["y"])
+    fn = transmuter.compile(model, {"x": x})
+    compiled = np.asarray(fn({"x": x})["y"])
+    np.testing.assert_array_equal(eager, want)  # gathers and a multiply by 2 are exact
+    np.testing.assert_array_equal(compiled, want)
+    before = fn.cache_info()
+    fn({"x": x})
+    after = fn.cache_info()
+    assert after.misses == before.misses, "same shapes and values must compile nothing"
+    assert after.hits > before.hits
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_computed_reshape_target_breaks_and_caches(backend):
+    proto = computed_reshape_model()
+    model = transmuter.load(proto, backend=backend)
+    x = np.arange(24, dtype=np.float32).reshape(4, 6) / 10
+    feed = {"x": x, "k": np.array([3], np.int64)}
+    fn = transmuter.compile(model, feed)
+    got = np.asarray(fn(feed)["y"])
+    want = reference(proto, feed)["y"]
+    assert got.shape == (3, 8)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)  # sigmoid: f32 rounding only
+    misses = fn.cache_info().misses
+    fn(feed)
+    assert fn.cache_info().misses == misses
+    feed2 = {"x": x, "k": np.array([2], np.int64)}  # a new target: the tail compiles anew
+    np.testing.assert_allclose(np.asarray(fn(feed2)["y"]), reference(proto, feed2)["y"],
+                               rtol=1e-6, atol=1e-7)
+    assert fn.cache_info().misses > misses
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_static_inputs_remove_the_break(backend):
+    proto = computed_reshape_model()
+    model = transmuter.load(proto, backend=backend)
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    fn = transmuter.compile(model, {"x": x}, static_inputs={"k": np.array([3], np.int64)})
+    assert fn.cache_info().misses == 1 and fn.cache_info().currsize == 1  # one segment: no break
+    fn({"x": x})
+    assert fn.cache_info().misses == 1
+    with pytest.raises(transmuter.InputError, match="static_inputs"):
+        fn({"x": x, "k": np.array([3], np.int64)})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shape_chain_stays_static_under_compile(backend):
+    """Shape -> Gather -> Concat -> Reshape folds on the host: one segment, no break."""
+    proto = make_model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+         helper.make_node("Concat", ["b", "minus1"], ["target"], axis=0),
+         helper.make_node("Reshape", ["x", "target"], ["y"])],
+        [info("x", TensorProto.FLOAT, ["b", 3, 4])], [info("y", TensorProto.FLOAT, None)],
+        {"zero": np.array([0], np.int64), "minus1": np.array([-1], np.int64)})
+    model = transmuter.load(proto, backend=backend)
+    x = np.ones((2, 3, 4), np.float32)
+    fn = transmuter.compile(model, {"x": x})
+    assert fn.cache_info().currsize == 1
+    assert np.asarray(fn({"x": x})["y"]).shape == (2, 12)
+    assert np.asarray(fn({"x": np.ones((5, 3, 4), np.float32)})["y"]).shape == (5, 12)
+    assert fn.cache_info().misses == 2  # one compile per batch size, nothing more
+
+
+def test_lru_keeps_cache_size_signatures():
+    proto = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [info("x", TensorProto.FLOAT, ["n"])], [info("y", TensorProto.FLOAT, None)])
+    fn = transmuter.compile(transmuter.load(proto), {"x": np.ones(1, np.float32)}, cache_size=2)
+    for n in (2, 3, 1):
+        fn({"x": np.ones(n, np.float32)})
+    # n=1 (from compile) was evicted by n=3, so coming back to it compiles again.
+    assert fn.cache_info().currsize == 2 and fn.cache_info().misses == 4
+
+
+def test_weights_are_arguments_and_grad_flows():
+    import jax
+
+    w = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    proto = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                       [info("x", TensorProto.FLOAT, [2, 16])],
+                       [info("y", TensorProto.FLOAT, [2, 16])], {"w": w})
+    model = transmuter.load(proto)
+    assert "w" in model.params
+    x = np.ones((2, 16), np.float32)
+    fn = transmuter.compile(model, {"x": x})
+    grads = jax.grad(lambda p: fn({"x": x}, params=p)["y"].sum())(model.params)
+    np.testing.assert_allclose(np.asarray(grads["w"]), np.full((16, 16), 2.0), rtol=0)
+
+
+def test_unsupported_ops_are_listed_together():
+    proto = make_model([helper.make_node("Frobnicate", ["x"], ["t"]),
+                        helper.make_node("Blend", ["t"], ["y"], domain="com.example")],
+                       [info("x", TensorProto.FLOAT, [2])], [info("y", TensorProto.FLOAT, [2])])
+    proto.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(transmuter.UnsupportedOperatorError) as e:
+        transmuter.load(proto)
+    assert "Frobnicate" in str(e.value) and "com.example::Blend" in str(e.value)
+
+
+def test_bad_inputs_name_the_input():
+    proto = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [info("x", TensorProto.FLOAT, ["n", 3])], [info("y", TensorProto.FLOAT, None)])
+    model = transmuter.load(proto)
+    with pytest.raises(transmuter.InputError, match="Unknown input 'z'"):
+        transmuter.run(model, {"x": np.ones((2, 3), np.float32), "z": np.ones(1)})
+    with pytest.raises(transmuter.InputError, match="'x' has dtype float64.*float32"):
+        transmuter.run(model, {"x": np.ones((2, 3))})
+    with pytest.raises(transmuter.InputError, match="'x' has rank 1"):
+        transmuter.run(model, {"x": np.ones(3, np.float32)})
+    with pytest.raises(transmuter.InputError, match="shape \\[2, 4\\]"):
+        transmuter.run(model, {"x": np.ones((2, 4), np.float32)})
+    with pytest.raises(transmuter.InputError, match="Missing input 'x'"):
+        transmuter.run(model, {})
+
+
+def test_op_failure_names_node_and_inputs():
+    proto = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="proj")],
+                       [info("x", TensorProto.FLOAT, [2, 3]), info("w", TensorProto.FLOAT, [4, 5])],
+                       [info("y", TensorProto.FLOAT, None)])
+    with pytest.raises(transmuter.OpError, match="MatMul node 'proj'.*\n.*x: float32\\[2, 3\\]"):
+        transmuter.run(transmuter.load(proto), {"x": np.ones((2, 3), np.float32),
+                                                "w": np.ones((4, 5), np.float32)})
+
+
+def test_broken_file_is_a_load_error(tmp_path):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"not a protobuf at all")
+    with pytest.raises(transmuter.ModelLoadError, match="broken.onnx"):
+        transmuter.load(str(path))
+    with pytest.raises(transmuter.ModelLoadError, match="No ONNX file"):
+        transmuter.load(str(tmp_path / "missing.onnx"))
+
+
+def test_model_call_drops_unknown_keywords_and_reads_attributes():
+    proto = make_model([helper.make_node("Relu", ["x"], ["last_hidden_state"])],
+                       [info("x", TensorProto.FLOAT, [2])],
+                       [info("last_hidden_state", TensorProto.FLOAT, [2])])
+    model = transmuter.load(proto)
+    out = model(x=np.array([-1.0, 1.0], np.float32), token_type_ids=np.zeros(2))
+    np.testing.assert_array_equal(np.asarray(out.last_hidden_state), [0.0, 1.0])
+
+
+def test_inputs_and_outputs_metadata():
+    proto = make_model([helper.make_node("Relu", ["input_ids"], ["y"])],
+                       [info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+                       [info("y", TensorProto.INT64, ["batch", "seq"])])
+    model = transmuter.load(proto)
+    (inp,) = model.inputs
+    assert inp.name == "input_ids" and inp.dtype == np.int64 and inp.shape == ("batch", "seq")
