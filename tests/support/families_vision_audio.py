@@ -320,8 +320,21 @@ def save_reference(fx: Path, graph: str, steps: list[tuple[dict, dict]]) -> str:
         for k, v in outs.items():
             arrays[f"{i}/out/{k}"] = np.asarray(v)
     rel = f"references/{stem}.npz"
-    np.savez_compressed(fx / rel, **arrays)
+    save_npz(fx / rel, arrays)
     return rel
+
+
+def save_npz(path: Path, arrays: dict) -> None:
+    """np.savez_compressed equivalent with fixed zip timestamps, so reruns are byte-identical."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for k, v in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asarray(v), allow_pickle=False)
+            info = zipfile.ZipInfo(k + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, buf.getvalue())
 
 
 def reference_single(fx: Path, graph: str, feeds: dict) -> str:
@@ -1373,6 +1386,108 @@ def build_speecht5():
     return fx
 
 
+
+# ---- CLAP (zero-shot-audio-classification) ------------------------------------------------------
+# optimum-onnx 0.1.0 has no CLAP config; a small custom OnnxConfig is passed to main_export.
+
+
+def _clap_onnx_config(model_config, frames: int, mels: int):
+    from optimum.exporters.onnx import OnnxConfig
+    from optimum.utils import DummyInputGenerator, DummyTextInputGenerator, NormalizedTextAndVisionConfig
+
+    class ClapNormalizedConfig(NormalizedTextAndVisionConfig):
+        TEXT_CONFIG = "text_config"
+        VISION_CONFIG = "audio_config"
+
+    class ClapDummyAudio(DummyInputGenerator):
+        SUPPORTED_INPUT_NAMES = ("input_features",)
+
+        def __init__(self, task, normalized_config, batch_size=2, **kwargs):
+            self.batch_size = batch_size
+
+        def generate(self, input_name, framework="pt", int_dtype="int64", float_dtype="fp32"):
+            return self.random_float_tensor([self.batch_size, 1, frames, mels], framework=framework, dtype=float_dtype)
+
+    class ClapOnnxConfig(OnnxConfig):
+        NORMALIZED_CONFIG_CLASS = ClapNormalizedConfig
+        DUMMY_INPUT_GENERATOR_CLASSES = (DummyTextInputGenerator, ClapDummyAudio)
+        DEFAULT_ONNX_OPSET = 18
+
+        @property
+        def inputs(self):
+            return {"input_ids": {0: "text_batch_size", 1: "sequence_length"},
+                    "attention_mask": {0: "text_batch_size", 1: "sequence_length"},
+                    "input_features": {0: "audio_batch_size"}}
+
+        @property
+        def outputs(self):
+            return {"logits_per_audio": {0: "audio_batch_size", 1: "text_batch_size"},
+                    "logits_per_text": {0: "text_batch_size", 1: "audio_batch_size"},
+                    "text_embeds": {0: "text_batch_size"}, "audio_embeds": {0: "audio_batch_size"}}
+
+    return ClapOnnxConfig(model_config, task="feature-extraction")
+
+
+def roberta_tokenizer(tmp: Path):
+    from transformers import RobertaTokenizer, RobertaTokenizerFast
+
+    vocab, merges = gpt2_style_vocab(60, specials=("<s>", "<pad>", "</s>", "<unk>"), specials_first=True)
+    vocab["<mask>"] = len(vocab)
+    vf, mf = write_vocab_merges(tmp / "roberta_tok_src", vocab, merges)
+    RobertaTokenizer(vf, mf, model_max_length=32).save_pretrained(tmp / "roberta_tok_slow")
+    return RobertaTokenizerFast.from_pretrained(tmp / "roberta_tok_slow")
+
+
+def build_clap():
+    from transformers import ClapConfig, ClapFeatureExtractor, ClapModel, ClapProcessor, pipeline
+
+    fx = fresh_fixture("clap")
+    tmp = tmpdir()
+    tok = roberta_tokenizer(tmp)
+    fe = ClapFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, max_length_s=1,
+                              fft_window_size=400, padding_value=0.0, return_attention_mask=False,
+                              frequency_min=50, frequency_max=8000, truncation="rand_trunc", padding="repeatpad")
+    proc = ClapProcessor(feature_extractor=fe, tokenizer=tok)
+    cfg = ClapConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=34, projection_dim=16, pad_token_id=1,
+                         bos_token_id=0, eos_token_id=2),
+        audio_config=dict(window_size=4, num_mel_bins=16, spec_size=64, patch_size=4, patch_stride=[4, 4],
+                          hidden_size=32, patch_embeds_hidden_size=16, depths=[1, 1], num_attention_heads=[1, 2],
+                          projection_dim=16, enable_fusion=False, num_hidden_layers=2),
+        projection_dim=16, architectures=["ClapModel"],
+    )
+    seed(0)
+    model = perturb(ClapModel(cfg).eval())
+    d = save_model_dir(model, tmp, proc)
+    frames = fe.nb_max_samples // fe.hop_length + 1
+    onnx_cfg = _clap_onnx_config(model.config, frames, 16)
+    out = export_main(d, tmp / "out", "feature-extraction", 18, custom_onnx_configs={"model": onnx_cfg})
+    move_onnx(out, fx, {"model.onnx": "model.onnx"})
+    copy_hub_files(d, fx)
+    clips = write_audio(fx)
+    feats = fe(clips, sampling_rate=16000, return_tensors="np")["input_features"]
+    enc = tok(ZS_TEXTS, return_tensors="np", padding=True)
+    feeds = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "input_features": feats}
+    graphs = {"onnx/model.onnx": {"reference": reference_single(fx, "onnx/model.onnx", feeds)}}
+    p = pipeline("zero-shot-audio-classification", model=model, tokenizer=tok, feature_extractor=fe, device="cpu")
+    kwargs = {"candidate_labels": ["speech", "music", "noise"]}
+    outs = [p(c, **kwargs) for c in clips]
+    save_json(fx / "references" / "pipeline_zero-shot-audio-classification.json",
+              {"task": "zero-shot-audio-classification", "inputs": audio_inputs_description(),
+               "call": "pipeline(task)(audio_array, **call_kwargs), one clip per call", "call_kwargs": kwargs,
+               "outputs": outs})
+    write_manifest(fx, family="clap", architecture="ClapModel", task="zero-shot-audio-classification", opset=18,
+                   graphs=graphs, exporter=f"{EXPORTER} with a custom OnnxConfig (optimum-onnx 0.1.0 has none for clap)",
+                   notes=["unfused HTSAT audio encoder: 16 mel bins, spec_size 64 (freq_ratio 4, 101 frames interpolated to 256), 2 Swin stages",
+                          "feature extractor at 16 kHz, max_length_s=1 (101 frames), repeatpad; clips <= 1 s so "
+                          "rand_trunc never triggers (deterministic)",
+                          "model.onnx only; Xenova's text_model.onnx / audio_model.onnx splits are not produced"],
+                   text_inputs={"texts": ZS_TEXTS, "tokenizer_kwargs": {"padding": True}})
+    shutil.rmtree(tmp)
+    return fx
+
+
 BUILDERS = {
     "vit": build_vit,
     "vit-opset14": build_vit_opset14,
@@ -1389,6 +1504,7 @@ BUILDERS = {
     "vision-encoder-decoder": build_vision_encoder_decoder,
     "vits": build_vits,
     "speecht5": build_speecht5,
+    "clap": build_clap,
 }
 
 
