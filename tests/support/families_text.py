@@ -544,6 +544,7 @@ def _t5(work: Path):
         vocab_size=len(tok), d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2,
         relative_attention_num_buckets=32, relative_attention_max_distance=128, feed_forward_proj="relu",
         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.pad_token_id,
+        initializer_factor=2.0,  # T5's analogue of DECODER_INIT (greedy output not one repeated token)
     )
     return T5ForConditionalGeneration(cfg), tok
 
