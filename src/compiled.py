@@ -105,7 +105,7 @@ class CompiledFunction:
         if segment is not None:
             self._hits += 1
             self._cache.move_to_end(key)
-            outputs = segment.fn(seg_params, dynamic)
+            outputs = None if segment.fn is None else segment.fn(seg_params, dynamic)
         else:
             self._misses += 1
             segment, outputs = self._build(start, env, dynamic, seg_params)
