@@ -35,6 +35,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
+    # optimum's decoder merge picks names of de-duplicated initializers from Python sets: fix the hash seed
+    os.environ["PYTHONHASHSEED"] = "0"
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -231,6 +236,13 @@ def train_sentencepiece(tmp: Path, name: str, vocab_size: int, model_type: str, 
         character_coverage=1.0, num_threads=1, seed_sentencepiece_size=1000, shuffle_input_sentence=False,
         minloglevel=2, **kw,
     )
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    m = pb.ModelProto()
+    m.ParseFromString((tmp / f"{name}.model").read_bytes())
+    m.trainer_spec.ClearField("input")  # the scratch paths would make the file differ per run
+    m.trainer_spec.model_prefix = name
+    (tmp / f"{name}.model").write_bytes(m.SerializeToString())
     return str(tmp / f"{name}.model")
 
 
@@ -1307,7 +1319,8 @@ def build_speecht5():
                          encoder_ffn_dim=64, decoder_layers=2, decoder_attention_heads=2, decoder_ffn_dim=64,
                          num_mel_bins=16, speaker_embedding_dim=16, speech_decoder_prenet_units=32,
                          speech_decoder_postnet_units=32, speech_decoder_postnet_layers=2,
-                         speech_decoder_postnet_kernel=5, max_speech_positions=128, max_text_positions=64,
+                         speech_decoder_postnet_kernel=5, speech_decoder_prenet_dropout=0.0,
+                         max_speech_positions=128, max_text_positions=64,
                          encoder_max_relative_position=16, reduction_factor=2, pad_token_id=1, bos_token_id=0,
                          eos_token_id=2, decoder_start_token_id=2, architectures=["SpeechT5ForTextToSpeech"])
     seed(0)
@@ -1373,7 +1386,11 @@ def build_speecht5():
                "outputs": {"waveform": tensor_stats(speech)}})
     write_manifest(fx, family="speecht5", architecture="SpeechT5ForTextToSpeech", task="text-to-audio", opset=18,
                    graphs=graphs,
-                   notes=["optimum exports batch 1 only (SpeechT5 batched generation is unsupported)",
+                   notes=["speech_decoder_prenet_dropout=0.0: SpeechT5's prenet applies bernoulli dropout even in "
+                          "eval (RandomUniformLike in the graph, as in Xenova/speecht5_tts); with p=0 the mask is "
+                          "all zeros, so outputs are deterministic but the prenet path contributes only its "
+                          "final-layer bias + positions (output_sequence values do not affect outputs)",
+                          "optimum exports batch 1 only (SpeechT5 batched generation is unsupported)",
                           "decoder takes the full output_sequence each step (prenet) plus the KV cache; "
                           "step k+1's output_sequence is step k's output_sequence_out",
                           "postnet+vocoder reference input is the concatenation of the 4 steps' spectrum outputs",
