@@ -24,6 +24,10 @@ class JaxNamespace(common.Namespace):
     def dtype_of(self, x):
         return np.dtype(x.dtype)
 
+    def bitcast(self, x, dtype):
+        """The same bits read as ``dtype`` (of the same width)."""
+        return lax.bitcast_convert_type(x, dtype)
+
     def softmax(self, x, axis=-1):
         return jax.nn.softmax(x, axis=axis)
 
@@ -38,24 +42,37 @@ class JaxNamespace(common.Namespace):
         return {"set": ref.set, "add": ref.add, "mul": ref.multiply, "max": ref.max,
                 "min": ref.min}[mode](updates, mode="promise_in_bounds" if mode == "set" else None)
 
+    def is_concrete(self, x):
+        return not isinstance(x, jax.core.Tracer)
+
+    def scan(self, f, init, xs, length):
+        return lax.scan(f, init, xs, length=length)
+
+    def while_loop(self, cond_fn, body_fn, init):
+        return lax.while_loop(cond_fn, body_fn, init)
+
     def cond(self, pred, true_fn, false_fn):
         if not isinstance(pred, jax.core.Tracer):
             return true_fn() if bool(pred) else false_fn()
         return lax.cond(jnp.reshape(pred, ()).astype(bool), true_fn, false_fn)
 
-    def conv(self, x, w, *, strides, pads, dilations, groups):
-        """N-d convolution in ONNX layout (N, C, *spatial) with weights (M, C/groups, *kernel)."""
+    def conv(self, x, w, *, strides, pads, dilations, groups, lhs_dilation=None):
+        """N-d convolution in ONNX layout (N, C, *spatial) with weights (M, C/groups, *kernel).
+
+        ``pads`` is ONNX's [begin..., end...] (negative values crop); ``lhs_dilation`` spreads the
+        input (a transposed convolution's strides)."""
         nd = x.ndim - 2
-        spatial = "DHW"[-nd:] if nd <= 3 else None
-        dn = lax.conv_dimension_numbers(
-            x.shape, w.shape, ("NC" + spatial, "OI" + spatial, "NC" + spatial)) if spatial else None
         return lax.conv_general_dilated(
             x, w, window_strides=tuple(strides), padding=list(zip(pads[:nd], pads[nd:])),
-            rhs_dilation=tuple(dilations), dimension_numbers=dn, feature_group_count=groups,
-            preferred_element_type=None)
+            lhs_dilation=None if lhs_dilation is None else tuple(lhs_dilation),
+            rhs_dilation=tuple(dilations), feature_group_count=groups)
 
     def reduce_window(self, x, init, op, *, window, strides, padding, dilation=None):
-        return lax.reduce_window(x, init, op, tuple(window), tuple(strides), list(padding),
+        """Windowed reduction; ``op`` is "max", "min" or "add"; ``padding`` pairs per axis, filled
+        with ``init``."""
+        fn = {"max": lax.max, "min": lax.min, "add": lax.add}[op] if isinstance(op, str) else op
+        return lax.reduce_window(x, jnp.asarray(init, x.dtype), fn, tuple(window), tuple(strides),
+                                 [tuple(p) for p in padding],
                                  window_dilation=None if dilation is None else tuple(dilation))
 
     def topk(self, x, k, *, axis=-1, largest=True):
