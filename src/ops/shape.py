@@ -206,7 +206,9 @@ def constant_of_shape(xp, shape, *, value=None):
 
 @op("Range", 11, static="all")
 def range_(xp, start, limit, delta):
-    return np.arange(start, limit, delta, dtype=np.asarray(start).dtype)
+    # Scalars by the spec; one-element tensors (as some exported functions give) accepted too.
+    start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+    return np.arange(start, limit, delta, dtype=start.dtype)
 
 
 def _pad(xp, x, pads, mode, value, axes=None):
@@ -317,9 +319,9 @@ def depth_to_space(xp, x, *, blocksize, mode="DCR"):
 
 
 @op("SpaceToDepth", 1)
-def space_to_depth(xp, x, *, blocksize):
+def space_to_depth(xp, x, *, blocksize, mode="DCR"):
     n, c, h, w = x.shape
     b = blocksize
     y = xp.reshape(x, (n, c, h // b, b, w // b, b))
-    y = xp.transpose(y, (0, 3, 5, 1, 2, 4))
+    y = xp.transpose(y, (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4))
     return xp.reshape(y, (n, c * b * b, h // b, w // b))
