@@ -25,6 +25,10 @@ class NumpyNamespace(common.Namespace):
     def dtype_of(self, x):
         return np.asarray(x).dtype
 
+    def bitcast(self, x, dtype):
+        """The same bits read as ``dtype`` (of the same width)."""
+        return np.asarray(x).view(dtype)
+
     def erf(self, x):
         x = np.asarray(x)
         return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x.copy()
@@ -37,6 +41,9 @@ class NumpyNamespace(common.Namespace):
             ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[mode]
             ufunc.at(out, index, updates)
         return out
+
+    def is_concrete(self, x):
+        return not isinstance(x, jax.core.Tracer)  # a traced value read from an outer scope
 
     def cond(self, pred, true_fn, false_fn):
         return true_fn() if bool(pred) else false_fn()
