@@ -28,10 +28,6 @@ class JaxNamespace(common.Namespace):
         """The same bits read as ``dtype`` (of the same width)."""
         return lax.bitcast_convert_type(x, dtype)
 
-    def bitcast(self, x, dtype):
-        """The same bits read as ``dtype`` (of the same width)."""
-        return lax.bitcast_convert_type(x, dtype)
-
     def softmax(self, x, axis=-1):
         return jax.nn.softmax(x, axis=axis)
 
