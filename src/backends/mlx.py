@@ -189,6 +189,53 @@ class MlxNamespace(common.Namespace):
         p = mx.reshape(to_mx(pred), ()).astype(mx.bool_)
         return [mx.where(p, a, b) for a, b in zip(t, f)]
 
+    def conv(self, x, w, *, strides, pads, dilations, groups, lhs_dilation=None):
+        """N-d convolution in ONNX layout (N, C, *spatial), weights (M, C/groups, *kernel); MLX
+        convolves channels-last. Negative ``pads`` crop (the input, or the output when the
+        convolution has unit strides)."""
+        if not self.is_float(x):  # MLX convolves floating point only; exact in float64
+            y = self.conv(to_mx(x).astype(mx.float64), to_mx(w).astype(mx.float64),
+                          strides=strides, pads=pads, dilations=dilations, groups=groups,
+                          lhs_dilation=lhs_dilation)
+            return y.astype(to_mx(x).dtype)
+        nd = x.ndim - 2
+        lo, hi = list(pads[:nd]), list(pads[nd:])
+        unit = all(int(s) == 1 for s in strides)
+        crop_in = [slice(None)] * x.ndim
+        if not unit:
+            for i in range(nd):
+                crop_in[2 + i] = slice(max(-lo[i], 0), x.shape[2 + i] - max(-hi[i], 0))
+        x = to_mx(x)[tuple(crop_in)]
+        y = mx.conv_general(
+            mx.moveaxis(x, 1, -1), mx.moveaxis(to_mx(w), 1, -1), stride=[int(s) for s in strides],
+            padding=([max(int(p), 0) for p in lo], [max(int(p), 0) for p in hi]),
+            kernel_dilation=[int(d) for d in dilations],
+            input_dilation=[int(d) for d in lhs_dilation] if lhs_dilation is not None else 1,
+            groups=int(groups))
+        y = mx.moveaxis(y, -1, 1)
+        if unit and any(p < 0 for p in lo + hi):
+            y = y[(slice(None), slice(None)) + tuple(
+                slice(max(-a, 0), y.shape[2 + i] - max(-b, 0)) for i, (a, b) in
+                enumerate(zip(lo, hi)))]
+        return y
+
+    def reduce_window(self, x, init, op, *, window, strides, padding, dilation=None):
+        """Windowed max/min/add: pad with ``init``, view the windows with as_strided, reduce."""
+        x = to_mx(x)
+        dilation = dilation or (1,) * x.ndim
+        if any(lo or hi for lo, hi in padding):
+            x = mx.pad(x, [(int(lo), int(hi)) for lo, hi in padding],
+                       constant_values=mx.array(init, dtype=x.dtype))
+        x = mx.contiguous(x) if hasattr(mx, "contiguous") else x + mx.zeros((), dtype=x.dtype)
+        elem = [int(np.prod(x.shape[i + 1:])) for i in range(x.ndim)]
+        out = [(n - (k - 1) * d - 1) // s + 1
+               for n, k, d, s in zip(x.shape, window, dilation, strides)]
+        view = mx.as_strided(x, out + list(window),
+                             [e * s for e, s in zip(elem, strides)]
+                             + [e * d for e, d in zip(elem, dilation)])
+        axes = list(range(x.ndim, 2 * x.ndim))
+        return {"max": mx.max, "min": mx.min, "add": mx.sum}[op](view, axis=axes)
+
 
 def _axes(axis):
     if axis is None:
