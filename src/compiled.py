@@ -151,7 +151,12 @@ class CompiledFunction:
 
 
 def _signature(values):
-    return tuple(sorted((k, tuple(v.shape), str(v.dtype)) for k, v in values.items()))
+    def sig(v):
+        if isinstance(v, list):  # a sequence
+            return tuple(sig(x) for x in v)
+        return None if v is None else (tuple(v.shape), str(v.dtype))
+
+    return tuple(sorted((k, sig(v)) for k, v in values.items()))
 
 
 def _static_key(values):

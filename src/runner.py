@@ -122,6 +122,7 @@ class Runner:
             self.run_graph(graph, scope)
             return [scope[name] for name in graph.output_names]
 
+        call.graph = graph  # ops read the subgraph's declared inputs and outputs from here
         return call
 
 

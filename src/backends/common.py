@@ -32,3 +32,25 @@ class Namespace:
         from .. import dtypes
 
         return dtypes.is_half(self.dtype_of(x))
+
+    def is_concrete(self, x):
+        """False for a value that exists only inside a trace (jit, compile); True otherwise."""
+        return True
+
+    # Loops, as Python loops; a device namespace maps them to its compiled loops (lax.scan, ...).
+    def scan(self, f, init, xs, length):
+        """``f(carry, x) -> (carry, list of arrays)`` over the leading axis of ``xs`` (an array or
+        a list of arrays); returns the last carry and each output stacked over the steps."""
+        carry, ys = init, []
+        for t in range(length):
+            carry, y = f(carry, [x[t] for x in xs] if isinstance(xs, list) else xs[t])
+            ys.append(y)
+        if not ys:
+            raise NotImplementedError("a zero-length scan has no output shapes to stack")
+        return carry, [self.stack([y[k] for y in ys]) for k in range(len(ys[0]))]
+
+    def while_loop(self, cond_fn, body_fn, init):
+        state = init
+        while bool(cond_fn(state)):
+            state = body_fn(state)
+        return state
