@@ -1,0 +1,98 @@
+"""Integer and quantized matmul/conv: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
+
+Operands minus their zero points are int32 and accumulate exactly in int32; the QLinear ops then
+requantize: y = round(acc * (scale_a * scale_b / scale_y)) + zero_y, clamped to y's range."""
+
+import numpy as np
+
+from . import window
+from .quantize import int_range
+from .registry import op
+
+_I32 = np.dtype(np.int32)
+_F32 = np.dtype(np.float32)
+
+
+def _centered(xp, v, zero_point, axis):
+    """v as int32 minus its zero point; a 1-D zero point runs along ``axis`` of v."""
+    v = xp.astype(v, _I32)
+    if zero_point is None:
+        return v
+    return v - _along(xp, xp.astype(zero_point, _I32), v.ndim, axis)
+
+
+def _along(xp, p, ndim, axis):
+    """A scalar or 1-D quantization parameter, shaped to broadcast along ``axis`` of a rank-ndim
+    value (a 1-element vector is a scalar)."""
+    if p.ndim == 0 or p.size == 1:
+        return xp.reshape(p, ())
+    dims = [1] * ndim
+    dims[axis] = p.shape[0]
+    return xp.reshape(p, tuple(dims))
+
+
+def _requantize(xp, acc, multiplier, zero_point, dtype):
+    y = xp.rint(xp.astype(acc, _F32) * multiplier)
+    if zero_point is not None:
+        y = y + xp.astype(zero_point, _F32)
+    lo, hi = int_range(dtype)
+    return xp.astype(xp.clip(y, lo, hi), dtype)
+
+
+def _scale(xp, s, ndim, axis):
+    return _along(xp, xp.astype(s, _F32), ndim, axis)
+
+
+@op("MatMulInteger", 10)
+def matmul_integer(xp, a, b, a_zero_point=None, b_zero_point=None):
+    # A's zero point is per row (axis -2), B's per column (axis -1).
+    return xp.matmul(_centered(xp, a, a_zero_point, max(a.ndim - 2, 0)),
+                     _centered(xp, b, b_zero_point, b.ndim - 1))
+
+
+def _qmatmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    acc = matmul_integer(xp, a, b, a_zero_point, b_zero_point)
+    multiplier = (_scale(xp, a_scale, acc.ndim, acc.ndim - 2)
+                  * _scale(xp, b_scale, acc.ndim, acc.ndim - 1)
+                  / _scale(xp, y_scale, acc.ndim, acc.ndim - 1))
+    dtype = xp.dtype_of(y_zero_point) if y_zero_point is not None else xp.dtype_of(a)
+    return _requantize(xp, acc, multiplier, y_zero_point, dtype)
+
+
+@op("QLinearMatMul", 10)
+def qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                   y_zero_point):
+    return _qmatmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                    y_zero_point)
+
+
+def _conv_int(xp, x, w, x_zero_point, w_zero_point, auto_pad, dilations, group, kernel_shape,
+              pads, strides):
+    # x's zero point is one scalar; w's is per output channel (axis 0).
+    x = _centered(xp, x, x_zero_point, 1)
+    w = _centered(xp, w, w_zero_point, 0)
+    win = window.resolve(x.shape[2:], kernel_shape or w.shape[2:], strides=strides, pads=pads,
+                         dilations=dilations, auto_pad=auto_pad)
+    return xp.conv(x, w, strides=win.strides, pads=win.pads, dilations=win.dilations,
+                   groups=group)
+
+
+@op("ConvInteger", 10)
+def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET",
+                 dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    return _conv_int(xp, x, w, x_zero_point, w_zero_point, auto_pad, dilations, group,
+                     kernel_shape, pads, strides)
+
+
+@op("QLinearConv", 10)
+def qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+                 b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                 pads=None, strides=None):
+    acc = _conv_int(xp, x, w, x_zero_point, w_zero_point, auto_pad, dilations, group,
+                    kernel_shape, pads, strides)
+    if b is not None:
+        acc = acc + xp.reshape(xp.astype(b, _I32), (1, -1) + (1,) * (acc.ndim - 2))
+    multiplier = (_scale(xp, x_scale, acc.ndim, 1) * _scale(xp, w_scale, acc.ndim, 1)
+                  / _scale(xp, y_scale, acc.ndim, 1))
+    dtype = xp.dtype_of(y_zero_point) if y_zero_point is not None else xp.dtype_of(x)
+    return _requantize(xp, acc, multiplier, y_zero_point, dtype)
