@@ -87,8 +87,8 @@ class Runner:
             args = [self.to_host(a, node) for a in args]
         else:
             xp = self.backend.xp
-            args = [self.to_host(a, node) if opdef.needs_static(i, n_in) else self.to_device(a)
-                    for i, a in enumerate(args)]
+            args = [self.to_host(a, node) if opdef.needs_static(i, n_in)
+                    else a if opdef.raw else self.to_device(a) for i, a in enumerate(args)]
         kwargs = dict(node.attrs)
         for key, value in kwargs.items():
             if isinstance(value, Graph):

@@ -63,7 +63,7 @@ def _like(xp, value, ref):
 
 # -- If -------------------------------------------------------------------------------------------
 
-@op("If", 1)
+@op("If", 1, raw=True)
 def if_(xp, cond, *, then_branch, else_branch):
     if _concrete(xp, cond):
         return tuple(then_branch() if _as_bool(xp, cond) else else_branch())
@@ -76,7 +76,7 @@ def if_(xp, cond, *, then_branch, else_branch):
 
 # -- Loop -----------------------------------------------------------------------------------------
 
-@op("Loop", 1)
+@op("Loop", 1, raw=True)
 def loop(xp, max_trip_count, cond, *carried, body):
     n_scan = len(body.graph.outputs) - 1 - len(carried)
     args = (xp, max_trip_count, cond, list(carried), body, n_scan)
@@ -198,7 +198,7 @@ def _scan_unrolled(xp, state, seqs, body, steps, infos):
     return state, _empty_stack(xp, infos, lambda: body(*state, *[s[0] for s in seqs])[len(state):])
 
 
-@op("Scan", 9)
+@op("Scan", 9, raw=True)
 def scan(xp, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None,
          scan_output_axes=None, scan_output_directions=None):
     n_state = len(inputs) - num_scan_inputs
@@ -208,7 +208,7 @@ def scan(xp, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_di
     return tuple(state) + tuple(outputs)
 
 
-@op("Scan", 8, static=(0,))
+@op("Scan", 8, static=(0,), raw=True)
 def scan_v8(xp, sequence_lens, *inputs, body, num_scan_inputs, directions=None):
     """Scan-8: batch axis 0 on every input and output, scanning axis 1, per-batch lengths."""
     n_state = len(inputs) - num_scan_inputs

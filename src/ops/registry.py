@@ -12,6 +12,8 @@ Registration metadata tells the runner what it needs, so the runner never branch
   host, on concrete values.
 - ``context``: the op receives ``ctx=`` (number of outputs, random key, opset, node name).
 - ``subgraphs``: the op receives GRAPH attributes as callables and ``ctx``.
+- ``raw``: inputs arrive as they are (host values stay on the host beside device ones): control
+  flow decides itself what it can read on the host and what it must trace.
 """
 
 import dataclasses
@@ -29,6 +31,7 @@ class OpDef:
     static: tuple = ()
     host: bool = False
     context: bool = False
+    raw: bool = False
 
     def needs_static(self, i: int, n_inputs: int) -> bool:
         if self.static == "all":
@@ -43,14 +46,15 @@ def _norm_domain(domain: str) -> str:
     return "" if domain in DEFAULT_DOMAINS else domain
 
 
-def op(op_type: str, since: int = 1, *, domain: str = "", static=(), host=False, context=False):
+def op(op_type: str, since: int = 1, *, domain: str = "", static=(), host=False, context=False,
+       raw=False):
     """Register ``fn`` as ``op_type`` from opset version ``since`` on."""
 
     def register(fn):
         key = (_norm_domain(domain), op_type)
         _REGISTRY.setdefault(key, []).append(
             OpDef(_norm_domain(domain), op_type, since, fn, tuple(static) if static != "all" else "all",
-                  host, context))
+                  host, context, raw))
         _REGISTRY[key].sort(key=lambda d: d.since)
         return fn
 
