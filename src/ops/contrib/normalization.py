@@ -1,0 +1,85 @@
+"""com.microsoft normalizations: (Skip)SimplifiedLayerNormalization (RMS norm; genai writes the
+plain one in the default domain too), SkipLayerNormalization, EmbedLayerNormalization, and the
+contrib LayerNormalization that ONNX Runtime runs for opsets before 17.
+
+Statistics run in f32 for half inputs; the mean / inv_std_var outputs are f32 (ORT's stash type)."""
+
+import numpy as np
+
+from ..attention import f32
+from ..nn import layer_normalization as _layer_normalization_17
+from ..registry import op
+
+MS = "com.microsoft"
+
+
+def _rms(xp, x, scale, axis, epsilon):
+    axis = axis + x.ndim if axis < 0 else axis
+    xf = f32(xp, x)
+    ms = xp.mean(xf * xf, axis=tuple(range(axis, x.ndim)), keepdims=True)
+    inv = 1 / xp.sqrt(ms + np.float32(epsilon))
+    return xp.astype(xf * inv * f32(xp, scale), xp.dtype_of(x)), inv
+
+
+def _layer_norm(xp, x, gamma, beta, epsilon):
+    xf = f32(xp, x)
+    mean = xp.mean(xf, axis=-1, keepdims=True)
+    centered = xf - mean
+    inv = 1 / xp.sqrt(xp.mean(centered * centered, axis=-1, keepdims=True) + np.float32(epsilon))
+    y = centered * inv * f32(xp, gamma)
+    if beta is not None:
+        y = y + f32(xp, beta)
+    return xp.astype(y, xp.dtype_of(x)), mean, inv
+
+
+@op("SimplifiedLayerNormalization", 1)
+@op("SimplifiedLayerNormalization", 1, domain=MS)
+def simplified_layer_normalization(xp, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    return _rms(xp, x, scale, axis, epsilon)
+
+
+def _skip_sum(xp, x, skip, bias):
+    s = x + skip
+    return s + bias if bias is not None else s
+
+
+@op("SkipSimplifiedLayerNormalization", 1, domain=MS)
+def skip_simplified_layer_normalization(xp, x, skip, gamma, bias=None, *, epsilon=1e-12):
+    total = _skip_sum(xp, x, skip, bias)
+    y, inv = _rms(xp, total, gamma, -1, epsilon)
+    return y, xp.zeros_like(inv), inv, total
+
+
+@op("SkipLayerNormalization", 1, domain=MS)
+def skip_layer_normalization(xp, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
+    total = _skip_sum(xp, x, skip, bias)
+    y, mean, inv = _layer_norm(xp, total, gamma, beta, epsilon)
+    return y, mean, inv, total
+
+
+@op("LayerNormalization", 1)
+@op("LayerNormalization", 1, domain=MS)
+def layer_normalization_contrib(xp, x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+    return _layer_normalization_17(xp, x, scale, bias, axis=axis, epsilon=epsilon,
+                                   stash_type=stash_type)
+
+
+@op("EmbedLayerNormalization", 1, domain=MS)
+def embed_layer_normalization(xp, input_ids, segment_ids, word_embedding, position_embedding,
+                              segment_embedding=None, gamma=None, beta=None, mask=None,
+                              position_ids=None, *, epsilon=1e-12, mask_index_type=1):
+    b, s = input_ids.shape
+    if position_ids is None:
+        position_ids = xp.broadcast_to(xp.reshape(xp.arange(s, dtype=np.int64), (1, s)), (b, s))
+    elif position_ids.shape[0] != b:
+        position_ids = xp.broadcast_to(position_ids, (b, s))
+    emb = xp.take(word_embedding, input_ids, axis=0) + xp.take(position_embedding, position_ids,
+                                                               axis=0)
+    if segment_embedding is not None and segment_ids is not None:
+        emb = emb + xp.take(segment_embedding, segment_ids, axis=0)
+    y, _, _ = _layer_norm(xp, emb, gamma, beta, epsilon)
+    if mask is not None and mask_index_type == 1:
+        mask_index = xp.astype(xp.sum(xp.astype(mask, np.int32), axis=-1), np.int32)
+    else:
+        mask_index = xp.zeros((b,), np.int32)
+    return y, mask_index, emb

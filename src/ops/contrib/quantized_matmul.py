@@ -1,0 +1,164 @@
+"""com.microsoft quantized matmuls and gathers: MatMulNBits, GatherBlockQuantized, MatMulBnb4,
+DynamicQuantizeMatMul, MatMulIntegerToFloat.
+
+Packed weights stay packed (uint8) where they live; they are unpacked by shifts and masks inside
+the op, so a compiled graph dequantizes on the fly and XLA fuses it into the matmul.
+``accuracy_level`` is read as 0: the weights are dequantized to the activation type in f32."""
+
+import numpy as np
+
+from ..attention import f32
+from ..registry import op
+
+MS = "com.microsoft"
+
+
+def unpack_bits(xp, packed, bits):
+    """uint8 (..., n) -> uint8 (..., n * 8 // bits), lowest bits first within each byte."""
+    per = 8 // bits
+    shifts = xp.asarray(np.arange(0, 8, bits, dtype=np.uint8))
+    vals = (xp.expand_dims(packed, -1) >> shifts) & np.uint8((1 << bits) - 1)
+    return xp.reshape(vals, packed.shape[:-1] + (packed.shape[-1] * per,))
+
+
+def _block_params(xp, scales, zero_points, n, n_blocks, bits):
+    """scales -> f32 (N, n_blocks); zero points -> f32 (N, n_blocks), packed or float."""
+    scales = xp.reshape(f32(xp, scales), (n, n_blocks))
+    if zero_points is None:
+        zp = xp.full((n, n_blocks), np.float32(1 << (bits - 1)))
+    elif xp.dtype_of(zero_points) == np.uint8:
+        zp = unpack_bits(xp, xp.reshape(zero_points, (n, -1)), bits)[:, :n_blocks]
+        zp = xp.astype(zp, np.float32)
+    else:  # float zero points: w = (q - zp) * scale with zp in the scale type
+        zp = xp.reshape(f32(xp, zero_points), (n, n_blocks))
+    return scales, zp
+
+
+def dequantize_nbits(xp, b, scales, zero_points, g_idx, *, k, n, bits, block_size):
+    """MatMulNBits' B (N, n_blocks, blob) -> f32 W (N, K)."""
+    n_blocks = (k + block_size - 1) // block_size
+    q = xp.astype(unpack_bits(xp, xp.reshape(b, (n, -1)), bits), np.float32)  # (N, n_blocks*bs)
+    scales, zp = _block_params(xp, scales, zero_points, n, n_blocks, bits)
+    if g_idx is None:
+        q = xp.reshape(q[:, :n_blocks * block_size], (n, n_blocks, block_size))
+        w = (q - zp[:, :, None]) * scales[:, :, None]
+        return xp.reshape(w, (n, n_blocks * block_size))[:, :k]
+    g = xp.astype(xp.reshape(g_idx, (-1,))[:k], np.int64)
+    return (q[:, :k] - xp.take(zp, g, axis=1)) * xp.take(scales, g, axis=1)
+
+
+@op("MatMulNBits", 1, domain=MS)
+def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4,
+                 block_size, accuracy_level=0):
+    w = dequantize_nbits(xp, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
+                         block_size=block_size)
+    y = xp.matmul(f32(xp, a), xp.transpose(w))
+    if bias is not None:
+        y = y + f32(xp, bias)
+    return xp.astype(y, xp.dtype_of(a))
+
+
+@op("GatherBlockQuantized", 1, domain=MS)
+def gather_block_quantized(xp, data, indices, scales, zero_points=None, *, bits=4,
+                           block_size=128, gather_axis=0, quantize_axis=1):
+    """Gather rows, then dequantize only those: (q - zp) * scale per block along quantize_axis.
+    uint8 data packs 8 // bits values per byte (default zero point 2^(bits-1)); int4/uint4 data
+    (one value per element after NumPy conversion) has zero point 0 by default."""
+    nd = data.ndim
+    gather_axis %= nd
+    quantize_axis %= nd
+    if quantize_axis != nd - 1 or gather_axis >= quantize_axis:
+        raise NotImplementedError("GatherBlockQuantized with quantize_axis before the last axis "
+                                  "or gather_axis after it")
+    packed = xp.dtype_of(data) == np.uint8
+    rows = xp.take(data, indices, axis=gather_axis)
+    srows = xp.take(scales, indices, axis=gather_axis)
+    if packed:
+        q = xp.astype(unpack_bits(xp, rows, bits), np.float32)
+        default_zp = float(1 << (bits - 1))
+    else:
+        signed = np.dtype(xp.dtype_of(data)).name.startswith("int")
+        q = xp.astype(xp.astype(rows, np.int8 if signed else np.uint8), np.float32)
+        default_zp = 0.0
+    k = q.shape[-1]
+    n_blocks = srows.shape[-1]
+    lead = q.shape[:-1]
+    if zero_points is None:
+        zp = np.float32(default_zp)
+    else:
+        zrows = xp.take(zero_points, indices, axis=gather_axis)
+        if xp.dtype_of(zero_points) == np.uint8 and packed:
+            zp = xp.astype(unpack_bits(xp, zrows, bits)[..., :n_blocks], np.float32)
+        else:
+            zp = f32(xp, xp.astype(zrows, np.float32) if not xp.is_float(zrows) else zrows)
+        zp = xp.reshape(zp, lead + (n_blocks, 1))
+    pad = n_blocks * block_size - k
+    if pad > 0:
+        q = xp.pad(q, [(0, 0)] * (q.ndim - 1) + [(0, pad)])
+    q = xp.reshape(q, lead + (n_blocks, block_size))
+    w = (q - zp) * xp.reshape(f32(xp, srows), lead + (n_blocks, 1))
+    w = xp.reshape(w, lead + (n_blocks * block_size,))[..., :k]
+    return xp.astype(w, xp.dtype_of(scales))
+
+
+_NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+                 -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+                 0.07958029955625534, 0.16093020141124725, 0.24611230194568634,
+                 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0], np.float32)
+_FP4 = np.array([0.0, 0.0052083333, 0.6666667, 1.0, 0.33333334, 0.5, 0.16666667, 0.25,
+                 -0.0, -0.0052083333, -0.6666667, -1.0, -0.33333334, -0.5, -0.16666667,
+                 -0.25], np.float32)
+
+
+@op("MatMulBnb4", 1, domain=MS)
+def matmul_bnb4(xp, a, b, absmax, *, K, N, block_size, quant_type):
+    """bitsandbytes 4-bit: W (N, K) flattened, two codes per byte (high nibble first), each code
+    a table entry (FP4 or NF4) times its block's absmax."""
+    table = xp.asarray(_NF4 if quant_type == 1 else _FP4)
+    flat = xp.reshape(b, (-1,))
+    codes = xp.reshape(xp.stack([flat >> np.uint8(4), flat & np.uint8(15)], axis=-1), (-1,))
+    vals = xp.take(table, xp.astype(codes, np.int32), axis=0)
+    n_blocks = absmax.shape[0]
+    vals = xp.pad(vals, [(0, n_blocks * block_size - vals.shape[0])]) if (
+        n_blocks * block_size > vals.shape[0]) else vals[:n_blocks * block_size]
+    w = xp.reshape(xp.reshape(vals, (n_blocks, block_size)) * xp.reshape(
+        f32(xp, absmax), (n_blocks, 1)), (-1,))[:N * K]
+    y = xp.matmul(f32(xp, a), xp.transpose(xp.reshape(w, (N, K))))
+    return xp.astype(y, xp.dtype_of(a))
+
+
+def _dequant_int_matmul(xp, aq, a_zp, bq, b_zp, scale, bias, out_dtype):
+    """(A - a_zp) @ (B - b_zp) in int32, then times the combined scale (per tensor or per
+    column of B), plus bias."""
+    a = xp.astype(aq, np.int32)
+    if a_zp is not None:
+        a = a - xp.astype(a_zp, np.int32)
+    b = xp.astype(bq, np.int32)
+    if b_zp is not None:
+        b = b - xp.astype(b_zp, np.int32)
+    y = xp.astype(xp.matmul(a, b), np.float32) * scale
+    if bias is not None:
+        y = y + f32(xp, bias)
+    return xp.astype(y, out_dtype)
+
+
+@op("DynamicQuantizeMatMul", 1, domain=MS)
+def dynamic_quantize_matmul(xp, a, b, b_scale, b_zero_point=None, bias=None):
+    """A is quantized as DynamicQuantizeLinear does (uint8, asymmetric, range including 0)."""
+    af = f32(xp, a)
+    lo = xp.minimum(xp.min(af), np.float32(0))
+    hi = xp.maximum(xp.max(af), np.float32(0))
+    a_scale = (hi - lo) / np.float32(255)
+    safe = xp.where(a_scale == 0, np.float32(1), a_scale)
+    a_zp = xp.clip(xp.round(-lo / safe), 0, 255)
+    aq = xp.clip(xp.round(af / safe) + a_zp, 0, 255)
+    return _dequant_int_matmul(xp, aq, a_zp, b, b_zero_point, a_scale * f32(xp, b_scale), bias,
+                               xp.dtype_of(a))
+
+
+@op("MatMulIntegerToFloat", 1, domain=MS)
+def matmul_integer_to_float(xp, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None,
+                            bias=None):
+    return _dequant_int_matmul(xp, a, a_zero_point, b, b_zero_point,
+                               f32(xp, a_scale) * f32(xp, b_scale), bias, xp.dtype_of(a_scale))
