@@ -48,7 +48,10 @@ def test_graph_matches_onnxruntime(case, mode, backend, loaded):
     model = loaded(fixture, rel, backend)
     atol = ATOL[fixtures.variant_of(rel)]
     static_names = entry.get("static_inputs", [])
-    for i, (inputs, expected) in enumerate(fixtures.steps(fixture, entry["reference"])):
+    steps = fixtures.steps(fixture, entry["reference"])
+    # Eager JAX compiles each op for each new shape: the prompt step and one KV step show that
+    # run() agrees; the compiled mode covers every step.
+    for i, (inputs, expected) in enumerate(steps[:2] if mode == "eager" else steps):
         if mode == "eager":
             out = transmuter.run(model, inputs)
         else:
