@@ -181,10 +181,10 @@ def _roi_align(xp, x, rois, batch_indices, mode, output_height, output_width, sa
     gh = xp.asarray(np.maximum(grid_h, 1).astype(dt))
     gw = xp.asarray(np.maximum(grid_w, 1).astype(dt))
     # Sample coordinates: (R, oh, gh_max) and (R, ow, gw_max).
-    iy = np.arange(gh_max, dtype=dt) + 0.5
-    ix = np.arange(gw_max, dtype=dt) + 0.5
-    ph = np.arange(oh, dtype=dt)[:, None]
-    pw = np.arange(ow, dtype=dt)[:, None]
+    iy = xp.asarray(np.arange(gh_max, dtype=dt) + 0.5)
+    ix = xp.asarray(np.arange(gw_max, dtype=dt) + 0.5)
+    ph = xp.asarray(np.arange(oh, dtype=dt)[:, None])
+    pw = xp.asarray(np.arange(ow, dtype=dt)[:, None])
     y = (start_h[:, None, None] + ph * bin_h[:, None, None]
          + iy * (bin_h / gh)[:, None, None])
     xs = (start_w[:, None, None] + pw * bin_w[:, None, None]
