@@ -1,0 +1,58 @@
+"""Task names and aliases, as transformers spells them, plus ours; each maps to its pipeline class.
+
+Classes are named by module path and imported on first use, so importing transmuter does not
+import every task."""
+
+import importlib
+
+from .base import PipelineError
+
+# task -> (module under transmuter.pipelines, class name)
+TASKS = {
+    "feature-extraction": ("text.embedding", "FeatureExtractionPipeline"),
+    "text-embedding": ("text.embedding", "TextEmbeddingPipeline"),
+    "text-classification": ("text.classification", "TextClassificationPipeline"),
+    "token-classification": ("text.token_classification", "TokenClassificationPipeline"),
+    "fill-mask": ("text.fill_mask", "FillMaskPipeline"),
+    "question-answering": ("text.question_answering", "QuestionAnsweringPipeline"),
+    "zero-shot-classification": ("text.zero_shot", "ZeroShotClassificationPipeline"),
+    "text-ranking": ("text.ranking", "TextRankingPipeline"),
+}
+# transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
+ALIASES = {
+    "sentiment-analysis": "text-classification",
+    "ner": "token-classification",
+    "sentence-similarity": "text-embedding",
+    "embeddings": "text-embedding",
+    "reranking": "text-ranking",
+}
+# Tasks transformers (or the design) names that no pipeline here implements yet.
+PLANNED = {"zero-shot-entity-recognition", "text-generation", "text2text-generation",
+           "summarization", "translation", "image-classification", "object-detection",
+           "image-segmentation", "depth-estimation", "automatic-speech-recognition",
+           "audio-classification", "zero-shot-image-classification", "image-to-text",
+           "text-to-audio", "background-removal", "image-feature-extraction"}
+
+
+def normalize(task):
+    """The canonical name of ``task`` (aliases resolved)."""
+    if not isinstance(task, str):
+        raise PipelineError(f"task must be a string like 'text-classification', got {task!r}")
+    return ALIASES.get(task, task)
+
+
+def get(task):
+    """The pipeline class of ``task`` (or one of its aliases)."""
+    name = normalize(task)
+    if name not in TASKS:
+        if name in PLANNED:
+            raise PipelineError(f"Task {task!r} has no pipeline in Transmuter yet; the text tasks "
+                                f"are: {', '.join(supported())}")
+        raise PipelineError(f"Unknown task {task!r}; known tasks: {', '.join(supported())} "
+                            f"(aliases: {', '.join(f'{a} -> {t}' for a, t in ALIASES.items())})")
+    module, cls = TASKS[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+
+
+def supported():
+    return sorted(TASKS)

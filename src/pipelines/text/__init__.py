@@ -1,0 +1,1 @@
+"""Text tasks on encoder models, one module per task."""

@@ -1,0 +1,102 @@
+"""text-classification (alias sentiment-analysis): transformers' TextClassificationPipeline.
+
+    pipe("I love it")                          -> [{"label": "POSITIVE", "score": 0.99}]
+    pipe({"text": "A", "text_pair": "B"})      -> [{"label": ..., "score": ...}]
+    pipe(["A", "B"], top_k=None)               -> [[{...} per label, best first], ...]
+"""
+
+from ..base import Pipeline, PipelineError, check_text, sigmoid, softmax
+
+FUNCTIONS = ("softmax", "sigmoid", "none")
+
+
+class TextClassificationPipeline(Pipeline):
+    task = "text-classification"
+
+    def __init__(self, model, tokenizer, config=None, **kwargs):
+        if not (config or {}).get("id2label"):
+            raise PipelineError(
+                f"{self.task}: the model's config.json has no id2label, so it has no "
+                "classification head to name labels with; use a model fine-tuned for "
+                "sequence classification (or feature-extraction for this one)")
+        super().__init__(model, tokenizer, config, **kwargs)
+
+    def _sanitize_parameters(self, top_k="", function_to_apply=None, **unknown):
+        super()._sanitize_parameters(**unknown)
+        post = {}
+        if isinstance(top_k, int) or top_k is None:  # "" (not given) keeps the legacy output
+            post.update(top_k=top_k, legacy=False)
+        elif top_k != "":
+            raise PipelineError(f"top_k must be an int or None, got {top_k!r}")
+        if function_to_apply is not None:
+            function_to_apply = str(function_to_apply).lower()
+            if function_to_apply not in FUNCTIONS:
+                raise PipelineError(f"function_to_apply must be one of {FUNCTIONS}, got "
+                                    f"{function_to_apply!r}")
+            post["function_to_apply"] = function_to_apply
+        return {}, {}, post
+
+    def _is_single(self, inputs):
+        return isinstance(inputs, (str, dict)) or _is_pair(inputs)
+
+    def _input_kind(self):
+        return 'a string, a {"text", "text_pair"} dict or a (text, text_pair) tuple'
+
+    def __call__(self, inputs, **kwargs):
+        result = super().__call__(inputs, **kwargs)
+        # transformers: one string without top_k gives a one-element list
+        return [result] if isinstance(inputs, str) and isinstance(result, dict) else result
+
+    def preprocess(self, inputs):
+        text, pair = _text_and_pair(inputs)
+        encoding = self.tokenizer.encode(check_text(text, "text"),
+                                         None if pair is None else check_text(pair, "text_pair"),
+                                         max_length=self.sequence_lengths[-1])
+        yield {"encoding": encoding}
+
+    def postprocess(self, outputs, top_k=1, legacy=True, function_to_apply=None):
+        logits = self.output(outputs[0], "logits")
+        scores = apply(logits, function_to_apply or self.default_function())
+        if top_k == 1 and legacy:
+            return {"label": self.label(scores.argmax()), "score": scores.max().item()}
+        ranked = [{"label": self.label(i), "score": s.item()} for i, s in enumerate(scores)]
+        if not legacy:
+            ranked.sort(key=lambda x: x["score"], reverse=True)
+            ranked = ranked if top_k is None else ranked[:top_k]
+        return ranked
+
+    def default_function(self):
+        """transformers' choice: regression -> none; multi-label or one label -> sigmoid;
+        else softmax."""
+        problem = self.config.get("problem_type")
+        num_labels = len(self.config.get("id2label") or {})
+        if problem == "regression":
+            return "none"
+        if problem == "multi_label_classification" or num_labels == 1:
+            return "sigmoid"
+        return "softmax"
+
+
+def apply(logits, function):
+    logits = logits.astype("float32", copy=False)
+    if function == "sigmoid":
+        return sigmoid(logits)
+    if function == "softmax":
+        return softmax(logits)
+    return logits
+
+
+def _is_pair(inputs):
+    return isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(x, str) for x in inputs)
+
+
+def _text_and_pair(inputs):
+    if isinstance(inputs, dict):
+        unknown = set(inputs) - {"text", "text_pair"}
+        if "text" not in inputs or unknown:
+            raise PipelineError('A text pair is a dict {"text": ..., "text_pair": ...}; got keys '
+                                f"{sorted(inputs)}")
+        return inputs["text"], inputs.get("text_pair")
+    if _is_pair(inputs):
+        return inputs
+    return inputs, None

@@ -1,0 +1,161 @@
+"""Tokenization with ``tokenizers`` from tokenizer.json, set up as transformers' fast tokenizer.
+
+    tok = Tokenizer.from_repo(repo)             # tokenizer.json + tokenizer_config.json
+    enc = tok.encode("A question?", "Its context.", max_length=128, truncation="only_second")
+    batch = tok.pad([enc, ...], length=32)       # {"input_ids": int64 [B, 32], ...}
+
+The ids, type ids, offsets and special-token masks are the ``tokenizers`` encodings themselves,
+which is what ``PreTrainedTokenizerFast`` returns, so they match transformers' ids exactly.
+Truncation and padding stored in tokenizer.json are switched off: the pipeline decides them.
+"""
+
+import numpy as np
+
+from ..errors import TransmuterError
+
+# transformers treats a model_max_length this large as "no limit" (VERY_LARGE_INTEGER = 1e30).
+NO_LIMIT = 10**12
+_STRATEGIES = {"longest_first": "longest_first", True: "longest_first",
+               "only_first": "only_first", "only_second": "only_second"}
+
+
+class TokenizerError(TransmuterError, ValueError):
+    """The repo has no usable tokenizer, or an input cannot be tokenized."""
+
+
+class Tokenizer:
+    """A ``tokenizers.Tokenizer`` with the special tokens and limits of tokenizer_config.json."""
+
+    def __init__(self, backend, config=None):
+        self.backend = backend
+        self.config = dict(config or {})
+        backend.no_truncation()
+        backend.no_padding()
+        self._truncation = None
+        limit = self.config.get("model_max_length")
+        self.model_max_length = int(limit) if limit and limit < NO_LIMIT else None
+        self.padding_side = self.config.get("padding_side", "right")
+        self.clean_up_tokenization_spaces = bool(self.config.get("clean_up_tokenization_spaces",
+                                                                 False))
+        for name in ("pad", "unk", "cls", "sep", "mask", "bos", "eos"):
+            token = _content(self.config.get(f"{name}_token"))
+            setattr(self, f"{name}_token", token)
+            setattr(self, f"{name}_token_id", None if token is None else backend.token_to_id(token))
+        self.all_special_ids = self._special_ids()
+
+    @classmethod
+    def from_repo(cls, repo):
+        """From a ``hub`` repo (or a folder) with tokenizer.json and tokenizer_config.json."""
+        from tokenizers import Tokenizer as Backend
+
+        from .. import hub
+        repo = hub.resolve(repo) if not isinstance(repo, hub.Repo) else repo
+        if not repo.has("tokenizer.json"):
+            raise TokenizerError(f"{repo.label} has no tokenizer.json (only fast tokenizers are "
+                                 "supported); pass tokenizer=... or use a repo that has one")
+        config = repo.json("tokenizer_config.json", {})
+        config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
+                       if k not in config})
+        return cls(Backend.from_file(repo.file("tokenizer.json")), config)
+
+    def _special_ids(self):
+        ids = {i for i in (self.pad_token_id, self.unk_token_id, self.cls_token_id,
+                           self.sep_token_id, self.mask_token_id, self.bos_token_id,
+                           self.eos_token_id) if i is not None}
+        for key, info in (self.config.get("added_tokens_decoder") or {}).items():
+            if info.get("special"):
+                ids.add(int(key))
+        return ids
+
+    # --- encoding ------------------------------------------------------------------------------
+
+    def encode(self, text, pair=None, *, add_special_tokens=True, max_length=None,
+               truncation="longest_first", stride=0):
+        """One ``tokenizers.Encoding`` (with ``.overflowing`` windows when ``stride`` > 0 or
+        overflow happens). ``max_length=None`` uses model_max_length; ``truncation=False`` keeps
+        everything."""
+        _check_text(text, "text")
+        if pair is not None:
+            _check_text(pair, "text_pair")
+        max_length = max_length or self.model_max_length
+        self._set_truncation(max_length if truncation else None, truncation, stride)
+        return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
+
+    def _set_truncation(self, max_length, strategy, stride):
+        # tokenizers keeps truncation as state; change it only when it changes (it is cheap, but
+        # the encodings must never see a stale setting).
+        key = (max_length, strategy, stride)
+        if key == self._truncation:
+            return
+        if max_length is None:
+            self.backend.no_truncation()
+        else:
+            if strategy not in _STRATEGIES:
+                raise TokenizerError(f"Unknown truncation {strategy!r}; use one of "
+                                     "'longest_first', 'only_first', 'only_second' or False")
+            self.backend.enable_truncation(max_length, stride=stride,
+                                           strategy=_STRATEGIES[strategy])
+        self._truncation = key
+
+    def pad(self, encodings, length, names=("input_ids", "attention_mask", "token_type_ids"),
+            rows=None):
+        """Stack encodings into int64 arrays [rows, length], padded on ``padding_side`` with
+        pad_token_id (attention 0). Extra rows (to reach a compiled batch size) are padding with a
+        single attended token, so no row attends to nothing."""
+        rows = rows or len(encodings)
+        pad_id = self.pad_token_id if self.pad_token_id is not None else 0
+        out = {"input_ids": np.full((rows, length), pad_id, np.int64),
+               "attention_mask": np.zeros((rows, length), np.int64),
+               "token_type_ids": np.zeros((rows, length), np.int64)}
+        for i, enc in enumerate(encodings):
+            n = len(enc.ids)
+            where = slice(length - n, length) if self.padding_side == "left" else slice(0, n)
+            out["input_ids"][i, where] = enc.ids
+            out["attention_mask"][i, where] = enc.attention_mask
+            out["token_type_ids"][i, where] = enc.type_ids
+        out["attention_mask"][len(encodings):, 0] = 1
+        return {k: out[k] for k in names}
+
+    # --- decoding ------------------------------------------------------------------------------
+
+    def decode(self, ids, skip_special_tokens=False):
+        text = self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
+
+    def id_to_token(self, i):
+        return self.backend.id_to_token(int(i))
+
+    def token_to_id(self, token):
+        return self.backend.token_to_id(token)
+
+    def tokens_to_string(self, tokens):
+        """transformers' ``convert_tokens_to_string`` of a fast tokenizer: the decoder's join."""
+        decoder = self.backend.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
+
+    def get_vocab(self):
+        return self.backend.get_vocab()
+
+    @property
+    def continuing_subword_prefix(self):
+        return getattr(self.backend.model, "continuing_subword_prefix", None)
+
+
+def clean_up_tokenization(text):
+    """transformers' ``clean_up_tokenization``: glue punctuation and English contractions."""
+    for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+                 (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(a, b)
+    return text
+
+
+def _content(token):
+    # tokenizer_config.json stores special tokens as strings or AddedToken dicts.
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def _check_text(text, what):
+    if not isinstance(text, str):
+        raise TokenizerError(f"{what} must be a string, got {type(text).__name__}: {text!r:.80}")
+    if not text.strip():
+        raise TokenizerError(f"{what} is empty; give some text to process")
