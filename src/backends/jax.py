@@ -75,6 +75,10 @@ class JaxNamespace(common.Namespace):
                                  [tuple(p) for p in padding],
                                  window_dilation=None if dilation is None else tuple(dilation))
 
+    def fft(self, x, *, n, axis, kind="fft"):
+        """``kind`` ("fft", "ifft", "rfft", "irfft") along ``axis`` at length ``n`` (NumPy's)."""
+        return getattr(jnp.fft, kind)(x, n=n, axis=axis)
+
     def topk(self, x, k, *, axis=-1, largest=True):
         """Top k along ``axis``, ties broken towards the lower index (as ONNX asks)."""
         moved = jnp.moveaxis(x, axis, -1)
