@@ -37,6 +37,10 @@ def _block_params(xp, scales, zero_points, n, n_blocks, bits):
 def dequantize_nbits(xp, b, scales, zero_points, g_idx, *, k, n, bits, block_size):
     """MatMulNBits' B (N, n_blocks, blob) -> f32 W (N, K)."""
     n_blocks = (k + block_size - 1) // block_size
+    if g_idx is not None and zero_points is not None and xp.dtype_of(zero_points) == np.uint8:
+        # ONNX Runtime's CPU kernel reads packed zero points as absent when g_idx is given
+        # (measured against onnxruntime 1.32): follow it.
+        zero_points = None
     q = xp.astype(unpack_bits(xp, xp.reshape(b, (n, -1)), bits), np.float32)  # (N, n_blocks*bs)
     scales, zp = _block_params(xp, scales, zero_points, n, n_blocks, bits)
     if g_idx is None:
