@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Regenerates every committed fixture in tests/fixtures/ from pinned versions.
+#   bash tests/support/regenerate.sh
+# Two environments: optimum-onnx 0.1.0 needs transformers < 4.58 (requirements-export.txt), while
+# onnxruntime-genai's model builder needs transformers 5 (requirements-genai.txt).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$HERE/../.."
+VENVS="${TRANSMUTER_VENVS:-$HOME/.cache/transmuter-tests}"
+PYTHON="${PYTHON:-python3}"
+
+venv() {  # venv NAME REQUIREMENTS -> path of its python
+    local dir="$VENVS/venv-$1"
+    if [ ! -x "$dir/bin/python" ] || ! cmp -s "$2" "$dir/.requirements"; then
+        "$PYTHON" -m venv "$dir"
+        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$2"
+        cp "$2" "$dir/.requirements"
+    fi
+    echo "$dir/bin/python"
+}
+
+EXPORT="$(venv export "$HERE/requirements-export.txt")"
+GENAI="$(venv genai "$HERE/requirements-genai.txt")"
+
+time "$EXPORT" tests/support/families_text.py
+time "$EXPORT" tests/support/families_vision_audio.py
+time "$EXPORT" tests/support/families_pipelines.py
+time "$GENAI" tests/support/families_genai.py
