@@ -120,21 +120,45 @@ def seed_everything(seed: int = SEED) -> None:
 
 
 def train_wordpiece_vocab(path: str | Path, vocab_size: int = 600, lowercase: bool = True) -> Path:
-    """Train a BERT WordPiece vocabulary on :data:`CORPUS`; write it as ``vocab.txt`` at ``path``."""
-    from tokenizers import BertWordPieceTokenizer
+    """Build a BERT WordPiece vocabulary from :data:`CORPUS`; write it as ``vocab.txt`` at ``path``.
 
-    tok = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=lowercase)
-    tok.train_from_iterator(
-        CORPUS + [CHARS_EXTRA],
-        vocab_size=vocab_size,
-        min_frequency=1,
-        special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-        limit_alphabet=200,
-        show_progress=False,
-    )
+    ``tokenizers``' WordPieceTrainer breaks ties in hash order (a different vocabulary on each run),
+    so this is a small deterministic builder instead: the five BERT specials, every character and
+    its ``##`` form, then whole words, word prefixes and ``##`` suffixes (2-6 chars) ranked by
+    ``count * length`` (ties by text), until ``vocab_size``. Normalization and pre-tokenization are
+    BERT's (``BertNormalizer``, ``BertPreTokenizer``), so the vocabulary matches what
+    ``BertTokenizerFast`` splits.
+    """
+    from collections import Counter
+
+    from tokenizers import normalizers, pre_tokenizers
+
+    norm = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)
+    pre = pre_tokenizers.BertPreTokenizer()
+    words: Counter[str] = Counter()
+    for line in CORPUS + [CHARS_EXTRA]:
+        for w, _ in pre.pre_tokenize_str(norm.normalize_str(line)):
+            words[w] += 1
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    chars = sorted({c for w in words for c in w})
+    vocab = specials + chars + ["##" + c for c in chars]
+    cand: Counter[str] = Counter()
+    for w, n in words.items():
+        if len(w) > 1:
+            cand[w] += n
+        for k in range(2, min(6, len(w) - 1) + 1):
+            cand[w[:k]] += n
+            cand["##" + w[-k:]] += n
+    ranked = sorted(cand.items(), key=lambda kv: (-kv[1] * len(kv[0].lstrip("#")), kv[0]))
+    seen = set(vocab)
+    for tok, _ in ranked:
+        if len(vocab) >= vocab_size:
+            break
+        if tok not in seen:
+            vocab.append(tok)
+            seen.add(tok)
     path = Path(path)
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    path.write_text("".join(f"{t}\n" for t, _ in vocab), encoding="utf-8")
+    path.write_text("".join(f"{t}\n" for t in vocab), encoding="utf-8")
     return path
 
 
@@ -614,8 +638,23 @@ def save_reference(path: str | Path, steps: Sequence[Step]) -> Path:
             arrays[f"{i}/out/{k}"] = np.asarray(v)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays)
+    _write_npz(path, arrays)
     return path
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Like ``np.savez_compressed`` but byte-reproducible (fixed zip timestamps, sorted keys)."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for key in sorted(arrays, key=lambda k: (int(k.split("/", 1)[0]), k)):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, buf.getvalue())
 
 
 def load_reference(path: str | Path) -> list[Step]:
