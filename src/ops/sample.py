@@ -113,7 +113,10 @@ def _grid_sample(xp, x, grid, mode, padding_mode, align_corners):
             coord, lo, hi = ((n + 1) * size - 1) / 2, -0.5, size - 0.5
         if mode == "nearest":
             coord = xp.round(coord)  # half to even, as PyTorch
-        if padding_mode == "border":
+        # Linear and nearest pad the coordinate; cubic pads each tap instead (as PyTorch).
+        if mode == "cubic":
+            pass
+        elif padding_mode == "border":
             outside = (coord < lo) | (coord > hi)
             coord = xp.where(outside, xp.clip(coord, 0, size - 1), coord)
         elif padding_mode == "reflection":
