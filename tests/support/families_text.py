@@ -168,7 +168,8 @@ def _save_hub_files(d: Path, model, tok, generation: bool = False) -> None:
     model.config.save_pretrained(d)
     if generation:
         model.generation_config.save_pretrained(d)
-    tok.save_pretrained(d)
+    # chat template inside tokenizer_config.json, as the Hub's Qwen / SmolLM repos have it
+    tok.save_pretrained(d, save_jinja_files=False)
 
 
 def _pipeline(task: str, model, tok):
