@@ -14,6 +14,7 @@ the compiled graph; ``postprocess`` turns the chunks of one input back into tran
 """
 
 import itertools
+import weakref
 
 import numpy as np
 
@@ -24,6 +25,9 @@ DEFAULT_SEQUENCE_LENGTHS = (32, 128, 512)
 # max_position_embeddings counts pad_token_id + 1 positions no token can use.
 _OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "mpnet", "data2vec-text",
                      "xlm-roberta-xl", "roberta-prelayernorm", "bart", "mbart", "ibert"}
+# One compiled function per loaded model, shared by every pipeline over it (e.g. a cross-encoder
+# used for text-ranking and text-classification compiles each shape once).
+_COMPILED = weakref.WeakKeyDictionary()
 
 
 class PipelineError(TransmuterError, ValueError):
@@ -113,6 +117,7 @@ class Pipeline:
 
     def _flush(self, pending, fwd, post, batch_size):
         flat = list(itertools.chain.from_iterable(pending))
+        self._rows_cap = batch_size  # rows of a batch are padded to a power of two, up to this
         outputs = []
         for start in range(0, len(flat), batch_size):
             outputs += self._forward(flat[start:start + batch_size], **fwd)
@@ -131,7 +136,8 @@ class Pipeline:
     def _feed(self, encodings):
         longest = max(len(e.ids) for e in encodings)
         length = next((b for b in self.sequence_lengths if b >= longest), longest)
-        rows = min(1 << (len(encodings) - 1).bit_length(), max(len(encodings), self.batch_size))
+        cap = max(len(encodings), getattr(self, "_rows_cap", self.batch_size))
+        rows = min(1 << (len(encodings) - 1).bit_length(), cap)
         names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in self._inputs]
         missing = [n for n in self._inputs if n not in names]
         if missing:
@@ -146,7 +152,9 @@ class Pipeline:
         later ones reuse the compiled function, which compiles each new padded shape once."""
         from .. import compile as compile_model
         if self._fn is None:
-            self._fn = compile_model(self.model, feed, cache_size=32)
+            self._fn = _COMPILED.get(self.model)
+        if self._fn is None:
+            self._fn = _COMPILED[self.model] = compile_model(self.model, feed, cache_size=32)
         return {k: np.asarray(v) for k, v in self._fn(feed).items()}
 
     def output(self, outputs, *names):

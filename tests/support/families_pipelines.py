@@ -24,7 +24,6 @@ folder follows tests/support/README.md. The references are what the peers give o
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import tempfile
@@ -80,7 +79,9 @@ def build_sentence_transformers(d: Path, work: Path):
     st = SentenceTransformer(modules=[body, models.Pooling(32, "mean"), models.Normalize()],
                              device="cpu")
     st.save(str(work / "saved"))
-    for f in ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"]:
+    # sentence-transformers 5 keeps max_seq_length as the tokenizer's model_max_length
+    for f in ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+              "tokenizer_config.json"]:
         if (work / "saved" / f).exists():
             shutil.copyfile(work / "saved" / f, d / f)
     for sub in (work / "saved").iterdir():

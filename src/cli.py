@@ -1,0 +1,116 @@
+"""The ``transmuter`` command line.
+
+    transmuter run TASK MODEL [TEXT ...] [--input FILE|DIR] [--output out.jsonl] [--batch-size N]
+
+Streams texts through ``transmuter.pipeline(TASK, MODEL)`` with a progress bar and writes one JSON
+line per input: ``{"input": ..., "output": ...}`` (plus ``"file"`` for inputs read from files).
+Inputs: the TEXT arguments; a FILE holds one input per line (a .jsonl file one JSON value per
+line, e.g. {"question": ..., "context": ...}); a DIR gives one input per text file (*.txt, *.md),
+its whole content. Without TEXT or --input, lines are read from standard input.
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+TEXT_SUFFIXES = (".txt", ".md", ".text")
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    if args.command != "run":
+        _parser().print_help()
+        return 2
+    import transmuter
+    options = dict(json.loads(args.options)) if args.options else {}
+    if args.variant:
+        options["variant"] = args.variant
+    pipe = transmuter.pipeline(args.task, args.model, backend=args.backend,
+                               batch_size=args.batch_size, **options)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        meta, texts = _split(_inputs(args))
+        # results first: computing one reads its input, which queues that input's metadata
+        for result, info in zip(pipe(texts, progress=not args.quiet), meta):
+            out.write(json.dumps({**info, "output": _jsonable(result)}, ensure_ascii=False) + "\n")
+            out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="transmuter", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="stream inputs through a task pipeline, one JSON line each")
+    run.add_argument("task", help="e.g. text-embedding, text-classification, ner, fill-mask")
+    run.add_argument("model", help="a Hub id (org/name) or a local folder")
+    run.add_argument("text", nargs="*", help="texts to process")
+    run.add_argument("--input", "-i", help="a file (one input per line) or a folder of text files")
+    run.add_argument("--output", "-o", help="write JSON lines here (default: standard output)")
+    run.add_argument("--batch-size", "-b", type=int, default=8)
+    run.add_argument("--backend", default="jax", choices=["jax", "mlx"])
+    run.add_argument("--variant", help="ONNX variant: fp32, fp16, q8, q4, ...")
+    run.add_argument("--options", help='task options as JSON, e.g. \'{"top_k": 3}\'')
+    run.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    return parser
+
+
+def _inputs(args):
+    """(metadata, input) pairs, lazily: files are read one at a time."""
+    for text in args.text:
+        yield {"input": text}, text
+    if args.input:
+        path = pathlib.Path(args.input)
+        if path.is_dir():
+            for f in sorted(p for p in path.rglob("*") if p.suffix in TEXT_SUFFIXES):
+                yield {"file": str(f)}, f.read_text(encoding="utf-8")
+        elif path.is_file():
+            yield from _lines(path.open(encoding="utf-8"), path.suffix == ".jsonl")
+        else:
+            raise SystemExit(f"transmuter: --input {args.input!r} is neither a file nor a folder")
+    elif not args.text:
+        yield from _lines(sys.stdin, False)
+
+
+def _lines(stream, is_json):
+    for line in stream:
+        line = line.rstrip("\n")
+        if line.strip():
+            value = json.loads(line) if is_json else line
+            yield {"input": value}, value
+
+
+def _split(records):
+    """Two lazy views of one stream: metadata for the writer, inputs for the pipeline (the
+    pipeline reads ahead at most a batch, so a small queue joins them)."""
+    import collections
+    queue = collections.deque()
+    iterator = iter(records)
+
+    def texts():
+        for info, value in iterator:
+            queue.append(info)
+            yield value
+
+    def meta():
+        while True:
+            yield queue.popleft()
+
+    return meta(), texts()
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

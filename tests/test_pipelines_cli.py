@@ -1,0 +1,36 @@
+"""The ``transmuter run`` command line, in-process, on a tiny classification fixture."""
+
+import json
+
+from transmuter import cli
+
+from .fixtures import ROOT
+
+MODEL = str(ROOT / "bert-sequence-classification")
+
+
+def test_run_texts_file_and_folder(tmp_path, capsys):
+    (tmp_path / "lines.txt").write_text("This film was terrible.\n\nThe weather today is sunny.\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("I love this movie, it is wonderful!")
+    (docs / "b.md").write_text("This film was terrible.")
+    (docs / "skip.bin").write_bytes(b"\0")
+    out = tmp_path / "out.jsonl"
+    options = ["--batch-size", "2", "--options", '{"sequence_length": 32}', "--quiet"]
+    assert cli.main(["run", "sentiment-analysis", MODEL, "I love this movie, it is wonderful!",
+                     "--input", str(tmp_path / "lines.txt"), "--output", str(out), *options]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    recorded = json.loads((ROOT / "bert-sequence-classification" / "references" /
+                           "pipeline_text-classification.json").read_text())["calls"][0]
+    want = dict(zip(recorded["inputs"], recorded["outputs"]))
+    assert [r["input"] for r in rows] == ["I love this movie, it is wonderful!",
+                                          "This film was terrible.", "The weather today is sunny."]
+    for row in rows:  # a list input gives one dict per text (transformers' list form)
+        assert row["output"]["label"] == want[row["input"]][0]["label"]
+        assert abs(row["output"]["score"] - want[row["input"]][0]["score"]) < 1e-4
+
+    assert cli.main(["run", "text-classification", MODEL, "--input", str(docs), *options]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["file"].rsplit("/", 1)[-1] for r in rows] == ["a.txt", "b.md"]
+    assert all(set(r["output"]) == {"label", "score"} for r in rows)
