@@ -1,0 +1,178 @@
+"""com.microsoft GroupQueryAttention, MultiHeadAttention, Attention and RotaryEmbedding against
+onnxruntime (optimizations off) over their attribute variants.
+
+Tolerances: f32 scores over head_size <= 16 terms and softmax over <= 8 keys differ from ORT only
+in summation order: atol 2e-5. fp16: ORT converts to f32 for scores and softmax as we do; the
+output rounds once to fp16 (1 ulp ~ 1e-3 at |y| ~ 1), so atol 2e-3."""
+
+import numpy as np
+import pytest
+
+from tests.contrib_graphs import BACKENDS, check, single_node
+
+RNG = np.random.default_rng(0)
+F32 = np.float32
+B, HQ, HKV, D = 2, 4, 2, 16
+
+
+def caches(half, dtype, length=32):
+    angles = np.arange(length)[:, None] * (1.0 / 10000 ** (np.arange(half) / half))[None]
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def gqa_inputs(s, past, total, seqlens, *, packed=False, rotary=0, dtype=F32, **extra):
+    def r(*shape):
+        return RNG.standard_normal(shape).astype(dtype)
+
+    q, k, v = r(B, s, HQ * D), r(B, s, HKV * D), r(B, s, HKV * D)
+    inputs = ({"query": np.concatenate([q, k, v], -1), "key": None, "value": None} if packed
+              else {"query": q, "key": k, "value": v})
+    inputs.update(past_key=r(B, HKV, past, D), past_value=r(B, HKV, past, D),
+                  seqlens_k=np.array(seqlens, np.int32),
+                  total_sequence_length=np.array(total, np.int32))
+    cos, sin = caches(rotary, dtype) if rotary else (None, None)
+    inputs.update(cos_cache=cos, sin_cache=sin)
+    inputs.update(extra)
+    return inputs
+
+
+GQA_CASES = {
+    "prompt": (dict(s=5, past=0, total=5, seqlens=[4, 4]), {}),
+    "prompt_padded_batch": (dict(s=5, past=0, total=5, seqlens=[4, 2]), {}),
+    "decode_growing": (dict(s=1, past=5, total=6, seqlens=[5, 5]), {}),
+    "decode_shared_buffer_ragged": (dict(s=1, past=8, total=8, seqlens=[5, 3]), {}),
+    "prompt_packed_rotary": (dict(s=5, past=0, total=5, seqlens=[4, 4], packed=True,
+                                  rotary=D // 2), {"do_rotary": 1}),
+    "decode_rotary": (dict(s=1, past=5, total=6, seqlens=[5, 5], rotary=D // 2),
+                      {"do_rotary": 1}),
+    "decode_rotary_interleaved": (dict(s=1, past=8, total=8, seqlens=[5, 3], rotary=D // 2),
+                                  {"do_rotary": 1, "rotary_interleaved": 1}),
+    "local_window": (dict(s=5, past=0, total=5, seqlens=[4, 4]), {"local_window_size": 2}),
+    "local_window_decode": (dict(s=1, past=8, total=8, seqlens=[7, 5]),
+                            {"local_window_size": 3}),
+    "softcap": (dict(s=5, past=0, total=5, seqlens=[4, 4]), {"softcap": 2.0}),
+    "smooth_softmax": (dict(s=5, past=0, total=5, seqlens=[4, 4]), {"smooth_softmax": 1}),
+    "scale_qk_before_softmax": (dict(s=5, past=0, total=5, seqlens=[4, 4]),
+                                {"scale": 0.3, "qk_output": 1}),
+    "qk_after_softmax": (dict(s=5, past=0, total=5, seqlens=[4, 4]), {"qk_output": 2}),
+    "bidirectional": (dict(s=5, past=0, total=5, seqlens=[4, 4]), {"causal": 0}),
+}
+
+
+def _run_gqa(backend, inputs, attrs, dtype=F32, atol=2e-5):
+    outputs = {"output": dtype, "present_key": dtype, "present_value": dtype}
+    if attrs.get("qk_output"):
+        outputs["output_qk"] = dtype
+    model = single_node("GroupQueryAttention", inputs, outputs,
+                        constants={"total_sequence_length"}, num_heads=HQ, kv_num_heads=HKV,
+                        **attrs)
+    check(model, inputs, backend, atol=atol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(GQA_CASES))
+def test_group_query_attention(backend, case):
+    shape, attrs = GQA_CASES[case]
+    _run_gqa(backend, gqa_inputs(**shape), attrs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gqa_bias_sink_softcap(backend):
+    extra = dict(position_ids=None, attention_bias=3 * RNG.standard_normal(
+        (1, HQ, 5, 5)).astype(F32), head_sink=RNG.standard_normal(HQ).astype(F32))
+    _run_gqa(backend, gqa_inputs(5, 0, 5, [4, 4], **extra), {"softcap": 1.0})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("s,past,total", [(5, 0, 5), (1, 5, 6)])
+def test_gqa_position_ids(backend, s, past, total):
+    pos = np.array([[3, 4, 5, 6, 7], [1, 2, 3, 4, 5]])[:, :s] if s > 1 else np.array([[9], [2]])
+    inputs = gqa_inputs(s, past, total, [total - 1] * B, rotary=D // 2,
+                        position_ids=pos.astype(np.int64))
+    _run_gqa(backend, inputs, {"do_rotary": 1})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("s,past,total,seqlens", [(5, 0, 5, [4, 4]), (1, 8, 8, [5, 3])])
+def test_gqa_fp16(backend, s, past, total, seqlens):
+    inputs = gqa_inputs(s, past, total, seqlens, rotary=D // 2, dtype=np.float16)
+    _run_gqa(backend, inputs, {"do_rotary": 1}, dtype=np.float16, atol=2e-3)
+
+
+def r(*shape):
+    return RNG.standard_normal(shape).astype(F32)
+
+
+N, H = 2, 16
+S, L = 5, 7
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant", ["plain", "bias_mask2d", "mask1d", "past_causal_bias",
+                                     "bnsh_kv"])
+def test_multihead_attention(backend, variant):
+    q, k, v = r(B, S, N * H), r(B, L, N * H), r(B, L, N * H)
+    inputs = {"query": q, "key": k, "value": v}
+    outputs = {"output": F32}
+    attrs = {}
+    if variant == "bias_mask2d":
+        inputs.update(bias=r(3 * N * H), key_padding_mask=np.array(
+            [[1] * L, [1] * 4 + [0] * 3], np.int32))
+    elif variant == "mask1d":
+        inputs.update(bias=None, key_padding_mask=np.array([L, 4], np.int32))
+    elif variant == "past_causal_bias":
+        inputs.update(key=r(B, S, N * H), value=r(B, S, N * H), bias=None,
+                      key_padding_mask=None, attention_bias=r(1, N, S, S + 3),
+                      past_key=r(B, N, 3, H), past_value=r(B, N, 3, H))
+        outputs.update(present_key=F32, present_value=F32)
+        attrs["unidirectional"] = 1
+    elif variant == "bnsh_kv":
+        inputs.update(key=r(B, N, L, H), value=r(B, N, L, H))
+    check(single_node("MultiHeadAttention", inputs, outputs, num_heads=N, **attrs), inputs,
+          backend, atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant", ["plain", "mask2d_unidirectional", "mask1d", "past",
+                                     "qkv_hidden_sizes"])
+def test_attention(backend, variant):
+    hidden = N * H
+    w, bias = (r(hidden, 3 * hidden) * 0.2), r(3 * hidden)
+    inputs = {"input": r(B, S, hidden), "weights": w, "bias": bias}
+    outputs = {"output": F32}
+    attrs = {}
+    if variant == "mask2d_unidirectional":
+        inputs["mask_index"] = np.array([[1] * 5, [1] * 3 + [0] * 2], np.int32)
+        outputs["present"] = F32
+        attrs["unidirectional"] = 1
+    elif variant == "mask1d":
+        inputs["mask_index"] = np.array([5, 3], np.int32)
+    elif variant == "past":
+        inputs.update(mask_index=np.ones((B, S + 3), np.int32), past=r(2, B, N, 3, H))
+        outputs["present"] = F32
+        attrs["unidirectional"] = 1
+    elif variant == "qkv_hidden_sizes":
+        inputs.update(weights=w[:, :2 * hidden + 16], bias=bias[:2 * hidden + 16])
+        attrs["qkv_hidden_sizes"] = [hidden, hidden, 16]
+    check(single_node("Attention", inputs, outputs, num_heads=N, **attrs), inputs, backend,
+          atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant", ["3d", "3d_offset_interleaved", "4d", "partial"])
+def test_rotary_embedding(backend, variant):
+    cos, sin = caches(8, F32)
+    pos = np.array([[0, 1, 2, 3, 4], [2, 3, 4, 5, 6]], np.int64)
+    x = r(B, S, N * H)
+    attrs = {}
+    if variant == "3d_offset_interleaved":
+        pos = np.array([3], np.int64)
+        attrs["interleaved"] = 1
+    elif variant == "4d":
+        x = r(B, N, S, H)
+    elif variant == "partial":
+        cos, sin = cos[:, :4], sin[:, :4]
+        attrs.update(num_heads=N, rotary_embedding_dim=8)
+    inputs = {"input": x, "position_ids": pos, "cos_cache": cos, "sin_cache": sin}
+    check(single_node("RotaryEmbedding", inputs, {"output": F32}, **attrs), inputs, backend,
+          atol=1e-5)

@@ -1,0 +1,132 @@
+"""com.microsoft normalizations and fused activations against onnxruntime (optimizations off).
+
+Tolerances: f32 graphs differ from ORT only in summation order and in erf/tanh/exp
+implementations (a few f32 ulps on values of size ~1-10): atol 2e-5 with rtol 1e-5. fp16
+outputs are rounded once from f32 on both sides; 1 fp16 ulp (~1e-3 relative) may differ."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.contrib_graphs import BACKENDS, check, run_ours, single_node
+
+RNG = np.random.default_rng(0)
+F32 = np.float32
+
+
+def x(*shape, dtype=F32, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(dtype)
+
+
+def tol(dtype):
+    return dict(atol=2e-5, rtol=1e-5) if dtype == F32 else dict(atol=4e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, np.float16])
+def test_simplified_layer_normalization(backend, dtype):
+    inputs = {"X": x(2, 3, 16, dtype=dtype), "scale": x(16, dtype=dtype)}
+    model = single_node("SimplifiedLayerNormalization", inputs, {"Y": dtype}, domain="",
+                        epsilon=1e-6)
+    check(model, inputs, backend, **tol(dtype))
+    # ORT's CPU provider has no com.microsoft form (its CUDA one has); same op, same result.
+    contrib = single_node("SimplifiedLayerNormalization", inputs, {"Y": dtype}, epsilon=1e-6)
+    np.testing.assert_array_equal(run_ours(contrib, inputs, backend)["Y"],
+                                  run_ours(model, inputs, backend)["Y"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, np.float16])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_skip_simplified_layer_normalization(backend, dtype, with_bias):
+    inputs = {"input": x(2, 3, 16, dtype=dtype), "skip": x(2, 3, 16, dtype=dtype),
+              "gamma": x(16, dtype=dtype), "bias": x(16, dtype=dtype) if with_bias else None}
+    model = single_node("SkipSimplifiedLayerNormalization", inputs,
+                        {"output": dtype, "mean": None, "inv_std_var": None,
+                         "input_skip_bias_sum": dtype}, epsilon=1e-6)
+    check(model, inputs, backend, **tol(dtype))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, np.float16])
+def test_skip_layer_normalization(backend, dtype):
+    inputs = {"input": x(2, 3, 16, dtype=dtype), "skip": x(2, 3, 16, dtype=dtype),
+              "gamma": x(16, dtype=dtype), "beta": x(16, dtype=dtype), "bias": x(16, dtype=dtype)}
+    model = single_node("SkipLayerNormalization", inputs,
+                        {"output": dtype, "mean": None, "inv_std_var": None,
+                         "input_skip_bias_sum": dtype}, epsilon=1e-5)
+    check(model, inputs, backend, **tol(dtype))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layer_normalization_contrib(backend):
+    # ONNX Runtime's own LayerNormalization for graphs below opset 17 (default domain, opset 13).
+    inputs = {"X": x(2, 3, 16), "scale": x(16), "B": x(16)}
+    model = single_node("LayerNormalization", inputs, {"Y": F32}, domain="", opset=13,
+                        epsilon=1e-5)
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_embed_layer_normalization(backend, with_mask):
+    b, s, hidden = 2, 5, 16
+    inputs = {"input_ids": RNG.integers(0, 30, (b, s)).astype(np.int32),
+              "segment_ids": RNG.integers(0, 2, (b, s)).astype(np.int32),
+              "word_embedding": x(30, hidden), "position_embedding": x(8, hidden),
+              "segment_embedding": x(2, hidden), "gamma": x(hidden), "beta": x(hidden),
+              "mask": np.array([[1] * 5, [1] * 3 + [0] * 2], np.int32) if with_mask else None}
+    outputs = {"output": F32, "mask_index": np.int32 if with_mask else None}
+    model = single_node("EmbedLayerNormalization", inputs, outputs, epsilon=1e-12)
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, np.float16])
+@pytest.mark.parametrize("op_type,extra", [
+    ("FastGelu", {}), ("FastGelu", {"bias": True}), ("Gelu", {}), ("BiasGelu", {"B": True}),
+    ("QuickGelu", {}), ("QuickGelu", {"alpha": 1.5})])
+def test_activations(backend, dtype, op_type, extra):
+    width = 32
+    inputs = {"X": x(2, 3, width, dtype=dtype, scale=2.0)}
+    attrs = {}
+    for name, value in extra.items():
+        if value is True:
+            inputs[name] = x(width, dtype=dtype)
+        else:
+            attrs[name] = value
+    model = single_node(op_type, inputs, {"Y": dtype}, **attrs)
+    check(model, inputs, backend, **tol(dtype))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bias_add_and_split_gelu(backend):
+    # CUDA-only in ORT (no CPU kernel): checked against the formulas of ORT's op docs.
+    inputs = {"X": x(2, 3, 8), "bias": x(8), "skip": x(2, 3, 8)}
+    got = run_ours(single_node("BiasAdd", inputs, {"Y": F32}), inputs, backend)["Y"]
+    np.testing.assert_allclose(got, inputs["X"] + inputs["bias"] + inputs["skip"], atol=1e-6)
+    inputs = {"X": x(2, 3, 16), "bias": x(16)}
+    got = run_ours(single_node("BiasSplitGelu", inputs, {"Y": F32}), inputs, backend)["Y"]
+    y = inputs["X"] + inputs["bias"]
+    right = y[..., 8:].astype(np.float64)
+    want = y[..., :8] * right * 0.5 * (1 + np.vectorize(math.erf)(right / math.sqrt(2)))
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("attrs,a_shape,b_shape", [
+    ({}, (2, 3, 4), (4, 5)), ({"alpha": 0.5, "transA": 1}, (2, 4, 3), (4, 5)),
+    ({"transB": 1}, (2, 3, 4), (2, 5, 4)), ({"transA": 1, "transB": 1}, (4, 3), (5, 4))])
+def test_fused_matmul(backend, attrs, a_shape, b_shape):
+    inputs = {"A": x(*a_shape), "B": x(*b_shape)}
+    check(single_node("FusedMatMul", inputs, {"Y": F32}, **attrs), inputs, backend, atol=2e-5,
+          rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("upper,k", [(1, 0), (0, 0), (1, 2), (0, -1)])
+def test_trilu(backend, upper, k):
+    inputs = {"X": x(2, 4, 5), "k": np.array(k, np.int64)}
+    model = single_node("Trilu", inputs, {"Y": F32}, constants={"k"}, upper=upper)
+    check(model, inputs, backend, atol=0)
