@@ -3,7 +3,7 @@
 import numpy as np
 
 # Primitives that the host namespace borrows from JAX (evaluated eagerly on the CPU).
-PRIMITIVES = frozenset({"conv", "conv_transpose", "reduce_window", "topk", "fft"})
+PRIMITIVES = frozenset({"conv", "conv_transpose", "reduce_window", "topk", "fft", "random"})
 
 
 class Namespace:

@@ -89,6 +89,13 @@ class JaxNamespace(common.Namespace):
         values = jnp.take_along_axis(jnp.moveaxis(x, axis, -1), indices, axis=-1)
         return jnp.moveaxis(values, -1, axis), jnp.moveaxis(indices.astype(jnp.int64), -1, axis)
 
+    def random(self, kind, shape, dtype, *, seed, key=None):
+        """Draws of ``kind`` ("uniform" in [0, 1), "normal") from the key of ``seed`` (a uint32),
+        or from ``key`` (a key threaded through the run) with ``seed`` folded in."""
+        k = jax.random.key(seed) if key is None else jax.random.fold_in(key, seed)
+        draw = {"uniform": jax.random.uniform, "normal": jax.random.normal}[kind]
+        return draw(k, tuple(shape), dtype)
+
 
 class JaxBackend:
     name = "jax"

@@ -189,6 +189,21 @@ class MlxNamespace(common.Namespace):
         p = mx.reshape(to_mx(pred), ()).astype(mx.bool_)
         return [mx.where(p, a, b) for a, b in zip(t, f)]
 
+    def bitcast(self, x, dtype):
+        """The same bits read as ``dtype`` (of the same width)."""
+        return mx.view(to_mx(x), mx_dtype(dtype))
+
+    def random(self, kind, shape, dtype, *, seed, key=None):
+        """Draws of ``kind`` ("uniform" in [0, 1), "normal") from the key of ``seed`` (a uint32),
+        or from ``key`` (a key threaded through the run) mixed with ``seed``."""
+        k = mx.random.key(seed)
+        if key is not None:
+            k = mx.bitwise_xor(k, key)
+        draw = {"uniform": mx.random.uniform, "normal": mx.random.normal}[kind]
+        if np.dtype(dtype) == np.float64:  # MLX draws up to float32
+            return draw(shape=tuple(shape), dtype=mx.float32, key=k).astype(mx.float64)
+        return draw(shape=tuple(shape), dtype=mx_dtype(dtype), key=k)
+
     def conv(self, x, w, *, strides, pads, dilations, groups, lhs_dilation=None):
         """N-d convolution in ONNX layout (N, C, *spatial), weights (M, C/groups, *kernel); MLX
         convolves channels-last. Negative ``pads`` crop (the input, or the output when the

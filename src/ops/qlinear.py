@@ -32,7 +32,7 @@ def _along(xp, p, ndim, axis):
 
 
 def _requantize(xp, acc, multiplier, zero_point, dtype):
-    y = xp.rint(xp.astype(acc, _F32) * multiplier)
+    y = xp.round(xp.astype(acc, _F32) * multiplier)
     if zero_point is not None:
         y = y + xp.astype(zero_point, _F32)
     lo, hi = int_range(dtype)

@@ -49,6 +49,13 @@ def along(xp, v, shape, axis, block_size=0):
     return v[tuple(index)]
 
 
+def exact_divisor(xp, s, shape):
+    """``s`` broadcast to ``shape`` before dividing by it: XLA rewrites a division by a broadcast
+    value into a multiplication by its reciprocal, whose rounding can flip a round-half-even tie
+    of the quotient (and with it a quantized value)."""
+    return xp.broadcast_to(s, shape)
+
+
 def quantize(xp, x, scale, zero_point, *, axis=1, saturate=1, block_size=0, output_dtype=0,
              precision=0):
     if zero_point is not None:
@@ -61,12 +68,10 @@ def quantize(xp, x, scale, zero_point, *, axis=1, saturate=1, block_size=0, outp
     axis = axis + x.ndim if axis < 0 else axis
     s = along(xp, scale, x.shape, axis, block_size)
     if precision:
-        wide = dtypes.to_numpy(precision)
-        q = xp.astype(x, wide) / xp.astype(s, wide)
-    else:
-        q = x / s
+        x, s = xp.astype(x, dtypes.to_numpy(precision)), xp.astype(s, dtypes.to_numpy(precision))
+    q = x / exact_divisor(xp, s, x.shape)
     if is_int(target):
-        q = xp.rint(xp.astype(q, np.float64 if xp.dtype_of(q) == np.float64 else _F32))
+        q = xp.round(xp.astype(q, np.float64 if xp.dtype_of(q) == np.float64 else _F32))
         if zero_point is not None:
             q = q + xp.astype(along(xp, zero_point, x.shape, axis, block_size), xp.dtype_of(q))
         lo, hi = int_range(target)
@@ -147,7 +152,7 @@ def dynamic_quantize_linear(xp, x):
     hi = xp.maximum(xp.max(xf), 0.0)
     lo = xp.minimum(xp.min(xf), 0.0)
     scale = xp.where(hi == lo, xp.asarray(1.0, _F32), hi - lo) / xp.asarray(255.0, _F32)
-    zero = xp.rint(xp.clip(-lo / scale, 0.0, 255.0))
-    y = xp.clip(xp.rint(xf / scale) + zero, 0.0, 255.0)
+    zero = xp.round(xp.clip(-lo / scale, 0.0, 255.0))
+    y = xp.clip(xp.round(xf / exact_divisor(xp, scale, xf.shape)) + zero, 0.0, 255.0)
     return (xp.astype(y, np.uint8), xp.astype(scale, xp.dtype_of(x)),
             xp.astype(zero, np.uint8))
