@@ -163,7 +163,7 @@ def sentence_transformers_settings(repo):
 def _base_model_repo(repo):
     """The repo named by ``base_model:`` in the README's front matter, when it has
     modules.json (fetched through the Hub; None when unreachable or absent)."""
-    from .. import hub
+    from ... import hub
 
     if not repo.has("README.md"):
         return None
