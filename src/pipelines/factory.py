@@ -55,5 +55,6 @@ def _tokenizer(tokenizer, repo, where):
                                 "or a folder) with a model loaded by hand")
         return Tokenizer.from_repo(repo)
     if type(tokenizer).__module__.startswith("tokenizers"):
-        return Tokenizer(tokenizer, {})
+        # special tokens and limits still come from the repo's tokenizer_config.json
+        return Tokenizer(tokenizer, repo.json("tokenizer_config.json", {}) if repo else {})
     return Tokenizer.from_repo(hub.resolve(tokenizer, **where))
