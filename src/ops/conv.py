@@ -103,7 +103,8 @@ def deform_conv(xp, x, w, offset, b=None, mask=None, *, dilations=None, group=1,
         place = (taps.reshape((-1,) + (1,) * nd) * dilations[axis] + base).astype(dt)
         coords.append(off[:, :, axis] + xp.asarray(np.broadcast_to(place, (k,) + out)))
     grouped = xp.reshape(xf, (n * og, c // og) + tuple(x.shape[2:]))
-    cols = interpolate(xp, grouped, coords, mode="linear", padding_mode="zeros")  # (n*og, c/og, k, *out)
+    # (n*og, c/og, k, *out)
+    cols = interpolate(xp, grouped, coords, mode="linear", padding_mode="zeros")
     if mask is not None:
         cols = cols * xp.reshape(xp.astype(mask, dt), (n * og, 1, k) + out)
     cols = xp.reshape(cols, (n, group, c // group, k, -1))

@@ -2,8 +2,8 @@
 the older Upsample.
 
 Sizes, scales and roi are static, so the whole sampling plan is host arithmetic: resizing is
-separable, and along each resized axis the output is either a gather (nearest) or a product with
-an (out, in) interpolation matrix (linear, cubic, antialiased) built here with NumPy."""
+separable, and along each resized axis the output gathers the taps of each output position and
+sums them with weights (linear, cubic, antialiased) computed here with NumPy."""
 
 import math
 
@@ -70,8 +70,9 @@ def _linear(t):
     return np.clip(1 - np.abs(t), 0, None)
 
 
-def _matrix(x, in_size, mode, scale, antialias, cubic_coeff_a, exclude_outside):
-    """The (out, in) interpolation matrix for source coordinates ``x``."""
+def _taps(x, in_size, mode, scale, antialias, cubic_coeff_a, exclude_outside):
+    """Input indices and weights, each (out, n), interpolating at source coordinates ``x``;
+    indices past the edges are clamped to it (edge padding)."""
     kernel, support = (_linear, 1) if mode == "linear" else _cubic(cubic_coeff_a)
     # antialias widens the kernel by 1/scale when downsampling.
     stretch = min(scale, 1.0) if antialias else 1.0
@@ -86,10 +87,7 @@ def _matrix(x, in_size, mode, scale, antialias, cubic_coeff_a, exclude_outside):
         weights = np.where((taps < 0) | (taps > in_size - 1), 0.0, weights)
         total = weights.sum(axis=1, keepdims=True)
         weights = weights / np.where(total == 0, 1.0, total)
-    mat = np.zeros((len(x), in_size))
-    rows = np.broadcast_to(np.arange(len(x))[:, None], taps.shape)
-    np.add.at(mat, (rows, np.clip(taps, 0, in_size - 1).astype(np.int64)), weights)
-    return mat
+    return np.clip(taps, 0, in_size - 1).astype(np.int64), weights
 
 
 def _resize_axis(xp, x, axis, out_size, scale, roi, *, mode, coordinate_transformation_mode,
@@ -100,9 +98,13 @@ def _resize_axis(xp, x, axis, out_size, scale, roi, *, mode, coordinate_transfor
         idx = _nearest_index(coords, nearest_mode, in_size, scale < 1)
         y = xp.take(x, xp.asarray(idx), axis=axis)
     else:
-        mat = _matrix(coords, in_size, mode, scale, antialias, cubic_coeff_a, exclude_outside)
-        moved = xp.moveaxis(x, axis, -1)
-        y = xp.moveaxis(xp.matmul(moved, xp.asarray(mat.T.astype(xp.dtype_of(x)))), -1, axis)
+        idx, weights = _taps(coords, in_size, mode, scale, antialias, cubic_coeff_a,
+                             exclude_outside)
+        gathered = xp.take(x, xp.asarray(idx.reshape(-1)), axis=axis)
+        gathered = xp.reshape(gathered, x.shape[:axis] + idx.shape + x.shape[axis + 1:])
+        shape = (1,) * axis + idx.shape + (1,) * (x.ndim - axis - 1)
+        weights = xp.asarray(weights.reshape(shape).astype(xp.dtype_of(x)))
+        y = xp.sum(gathered * weights, axis=axis + 1)
     if outside is not None and outside.any():
         shape = [1] * x.ndim
         shape[axis] = out_size
