@@ -12,6 +12,8 @@ import sys
 import warnings
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 
 import transmuter
 
@@ -53,6 +55,8 @@ def run_case(case, backend, compiled=False):
     names = [v.name for v in model.inputs]
     out_names = [v.name for v in model.outputs]
     for inputs, expected in case.data_sets:
+        # Cases of types NumPy lacks (float8, int4, bfloat16) store TensorProtos.
+        inputs, expected = [_array(v) for v in inputs], [_array(v) for v in expected]
         feed = dict(zip(names, inputs))
         if compiled:
             got = transmuter.compile(model, feed)(feed)
@@ -62,11 +66,23 @@ def run_case(case, backend, compiled=False):
             compare(got[name], want, case.rtol, case.atol, name)
 
 
+def _array(value):
+    if isinstance(value, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [_array(v) for v in value]
+    return value
+
+
 def to_numpy(value):
     if value is None or isinstance(value, np.ndarray):
         return value
     if isinstance(value, list):
         return [to_numpy(v) for v in value]
+    if type(value).__module__.startswith("mlx"):
+        from transmuter import backends
+
+        return backends.get("mlx").to_host(value)  # NumPy cannot read MLX bfloat16 buffers
     return np.asarray(value)
 
 
