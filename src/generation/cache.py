@@ -1,0 +1,113 @@
+"""KV-cache modes, read from the graph's inputs and ops (no per-architecture code).
+
+Every mode keeps a fixed buffer of ``capacity`` rows per layer, so the prompt compiles once per
+padded prompt length and every decode step shares one compiled shape.
+
+- ``inplace`` (a GroupQueryAttention graph, onnx-community / onnxruntime-genai): the op writes the
+  new rows into the past buffer itself, at each row's valid length (attention-mask row sums give
+  ``seqlens_k``); the prompt is right-padded and runs as the op's first prompt (mask width = its
+  length), each step after with a mask of ``capacity`` columns whose valid prefix grows.
+- ``concat`` (optimum exports with ``position_ids``, with or without ``use_cache_branch``): the
+  graph returns past + new rows. The past is the whole buffer with its free rows masked out by
+  the attention mask; positions come from ``position_ids``, so where a row sits in the buffer does
+  not matter to attention (RoPE and learned positions follow the ids, and attention sums over keys
+  in any order). The step's new rows are copied into the buffer at the shared write slot.
+
+A concat graph without ``position_ids`` derives positions from the past length, which a buffer
+would shift; such graphs are refused for now (they need a growing cache).
+"""
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import InputError
+
+_PAST_PREFIXES = ("past_key_values.", "past_")
+
+
+@dataclasses.dataclass
+class CacheLayout:
+    mode: str  # "inplace" or "concat"
+    pairs: list  # (past input ValueInfo, present output name)
+    has_positions: bool
+    static_inputs: dict
+    logits: str
+
+    @classmethod
+    def from_model(cls, model):
+        inputs = {v.name: v for v in model.inputs}
+        outputs = [v.name for v in model.outputs]
+        pairs = []
+        for name, info in inputs.items():
+            present = _present_name(name, outputs)
+            if present is not None:
+                pairs.append((info, present))
+        if not pairs or "input_ids" not in inputs or "logits" not in outputs:
+            raise InputError("This graph is not a decoder with a KV cache: it needs input_ids, "
+                             "past_key_values.* inputs and logits, present.* outputs (export it "
+                             "with past, e.g. optimum's text-generation-with-past)")
+        gqa = any(n.op_type == "GroupQueryAttention" for n in model.graph.nodes)
+        static = {}
+        if "use_cache_branch" in inputs:
+            static["use_cache_branch"] = np.array([True])
+        if "num_logits_to_keep" in inputs:  # 0 keeps every position (rows are right-padded)
+            static["num_logits_to_keep"] = np.array(0, inputs["num_logits_to_keep"].dtype)
+        known = {"input_ids", "attention_mask", "position_ids", *static, *(p.name for p, _ in pairs)}
+        unknown = sorted(set(inputs) - known)
+        if unknown:
+            raise InputError(f"The decoder takes input(s) {unknown} that generation cannot fill")
+        layout = cls("inplace" if gqa else "concat", pairs, "position_ids" in inputs, static,
+                     "logits")
+        if layout.mode == "concat" and not layout.has_positions:
+            raise InputError("A decoder without position_ids and without GroupQueryAttention "
+                             "needs a growing KV cache, which generation does not implement yet")
+        return layout
+
+    def empty(self, rows, capacity, model_config):
+        """Zero caches [rows, heads, capacity, head_dim] from the graph's input metadata
+        (symbolic head sizes come from config.json)."""
+        caches = {}
+        for info, _ in self.pairs:
+            shape = list(info.shape)
+            shape[0], shape[2] = rows, capacity
+            for axis in (1, 3):
+                if not isinstance(shape[axis], int) or shape[axis] <= 0:
+                    shape[axis] = _dim_from_config(model_config, axis, info)
+            caches[info.name] = np.zeros(shape, info.dtype)
+        return caches
+
+
+def _present_name(past, outputs):
+    for prefix in _PAST_PREFIXES:
+        if past.startswith(prefix):
+            rest = past[len(prefix):]
+            for candidate in (f"present.{rest}", f"present_{rest}", f"present{rest}"):
+                if candidate in outputs:
+                    return candidate
+    return None
+
+
+def _dim_from_config(config, axis, info):
+    config = config or {}
+    heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
+    if axis == 1 and heads:
+        return int(heads)
+    if axis == 3:
+        if config.get("head_dim"):
+            return int(config["head_dim"])
+        if config.get("hidden_size") and config.get("num_attention_heads"):
+            return int(config["hidden_size"]) // int(config["num_attention_heads"])
+    raise InputError(f"Cannot size the empty cache {info!r}: its axis {axis} is symbolic and "
+                     "config.json gives no head_dim / num_key_value_heads")
+
+
+def write_rows(xp, cache, new, slot):
+    """``cache`` [B, H, L, D] with ``new`` [B, H, S, D] at rows [slot, slot + S); ``slot`` may be
+    a traced scalar, so the write is a gather and a select (no dynamic slice)."""
+    length, s = cache.shape[2], new.shape[2]
+    rows = xp.arange(length)
+    source = xp.clip(rows - slot, 0, s - 1)
+    gathered = xp.take(new, source, axis=2)
+    inside = xp.reshape((rows >= slot) & (rows < slot + s), (1, 1, length, 1))
+    return xp.where(inside, gathered, cache)
