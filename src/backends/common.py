@@ -50,7 +50,14 @@ class Namespace:
         return carry, [self.stack([y[k] for y in ys]) for k in range(len(ys[0]))]
 
     def while_loop(self, cond_fn, body_fn, init):
+        """Raises NotConcrete when the condition is only known inside a trace."""
+        from . import NotConcrete
+
         state = init
-        while bool(cond_fn(state)):
+        while True:
+            flag = cond_fn(state)
+            if not self.is_concrete(flag):
+                raise NotConcrete()
+            if not bool(flag):
+                return state
             state = body_fn(state)
-        return state

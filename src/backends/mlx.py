@@ -186,6 +186,10 @@ class MlxNamespace(common.Namespace):
     def cond(self, pred, true_fn, false_fn):
         # MLX has no lazy conditional: both branches run, and where() picks (shapes must agree).
         t, f = true_fn(), false_fn()
+        for a, b in zip(t, f):  # as lax.cond: the branches must give the same types
+            if not (hasattr(a, "shape") and hasattr(b, "shape")) or tuple(a.shape) != tuple(
+                    b.shape) or self.dtype_of(a) != self.dtype_of(b):
+                raise TypeError("cond branches give different types")
         p = mx.reshape(to_mx(pred), ()).astype(mx.bool_)
         return [mx.where(p, a, b) for a, b in zip(t, f)]
 
@@ -203,6 +207,32 @@ class MlxNamespace(common.Namespace):
         if np.dtype(dtype) == np.float64:  # MLX draws up to float32
             return draw(shape=tuple(shape), dtype=mx.float32, key=k).astype(mx.float64)
         return draw(shape=tuple(shape), dtype=mx_dtype(dtype), key=k)
+
+    def is_concrete(self, x):
+        if not isinstance(x, mx.array):
+            return True
+        try:
+            mx.eval(x)
+            return True
+        except ValueError as e:
+            if "eval" in str(e):  # inside mx.compile
+                return False
+            raise
+
+    def fft(self, x, *, n, axis, kind="fft"):
+        """``kind`` ("fft", "ifft", "rfft", "irfft") along ``axis`` at length ``n`` (complex64)."""
+        return getattr(mx.fft, kind)(to_mx(x), n=n, axis=axis)
+
+    def topk(self, x, k, *, axis=-1, largest=True):
+        """Top k along ``axis`` by a stable argsort: ties go to the lower index, as ONNX asks."""
+        x = to_mx(x)
+        key = x
+        if largest:  # order reversed, ties kept in index order (~x for integers: no overflow)
+            key = -x if self.is_float(x) else mx.logical_not(x) if x.dtype == mx.bool_ else ~x
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(0, k)
+        indices = mx.argsort(key, axis=axis)[tuple(index)]
+        return mx.take_along_axis(x, indices, axis=axis), indices.astype(mx.int64)
 
     def conv(self, x, w, *, strides, pads, dilations, groups, lhs_dilation=None):
         """N-d convolution in ONNX layout (N, C, *spatial), weights (M, C/groups, *kernel); MLX

@@ -13,6 +13,7 @@ count is on the host, and otherwise the node runs eagerly (a break)."""
 import numpy as np
 
 from .registry import NeedsStatic, op
+from ..backends import NotConcrete
 from ..runner import NeedsHost, is_static
 
 
@@ -69,7 +70,7 @@ def if_(xp, cond, *, then_branch, else_branch):
         return tuple(then_branch() if _as_bool(xp, cond) else else_branch())
     try:
         outputs = xp.cond(cond, then_branch, else_branch)
-    except TypeError:  # the branches differ in shape or type: decide on the host
+    except (TypeError, ValueError):  # the branches differ in shape or type: decide on the host
         raise NeedsStatic(0) from None
     return tuple(outputs)
 
@@ -88,7 +89,7 @@ def loop(xp, max_trip_count, cond, *carried, body):
             pass
     try:
         return _loop_traced(*args)
-    except (_NotTraceable, _Traced, NeedsHost, TypeError):
+    except (_NotTraceable, _Traced, NeedsHost, NotConcrete, TypeError):
         pass
     if control_known:
         try:
@@ -129,6 +130,9 @@ def _loop_traced(xp, max_trip_count, cond, carried, body, n_scan):
         if max_trip_count is None or (cond is not None and not _as_bool(xp, cond)):
             raise _NotTraceable()
         trips = int(_host(xp, max_trip_count).reshape(-1)[0])
+        if trips <= 0:
+            return tuple(init) + tuple(_empty_stack(xp, body.graph.outputs[1 + n:], lambda: body(
+                np.array(0, np.int64), np.array(True), *init)[1 + n:]))
 
         def step(values, i):
             out = body(i, np.array(True), *values)
@@ -152,8 +156,8 @@ def _loop_traced(xp, max_trip_count, cond, carried, body, n_scan):
         return i + 1, flag, [_like(xp, o, r) for o, r in zip(out[1:], values)]
 
     flag0 = np.array(True) if cond is None else cond
-    state = (xp.asarray(np.array(0, np.int64)), xp.astype(xp.reshape(xp.asarray(flag0), ()), np.bool_),
-             init)
+    flag0 = xp.astype(xp.reshape(xp.asarray(flag0), ()), np.bool_)
+    state = (xp.asarray(np.array(0, np.int64)), flag0, init)
     _, _, values = xp.while_loop(keep_going, step, state)
     return tuple(values)
 
@@ -163,23 +167,25 @@ def _loop_traced(xp, max_trip_count, cond, carried, body, n_scan):
 def _scan(xp, state, seqs, body, *, axes, dirs, out_axes, out_dirs):
     """Scan-9 semantics on already-split state and scan inputs; returns (final state, outputs)."""
     n_state = len(state)
-    seqs = [xp.moveaxis(s, a % s.ndim, 0) for s, a in zip(seqs, axes or [0] * len(seqs))]
+    seqs = [xp.moveaxis(xp.asarray(s), a % s.ndim, 0)
+            for s, a in zip(seqs, axes or [0] * len(seqs))]
     seqs = [xp.flip(s, axis=0) if d else s for s, d in zip(seqs, dirs or [0] * len(seqs))]
     steps = seqs[0].shape[0] if seqs else 0
     infos = body.graph.outputs[n_state:]
-    if not _concrete(xp, list(state) + seqs):
+    if steps and not _concrete(xp, list(state) + seqs):
         try:
             def step(values, xs):
                 out = body(*values, *xs)
                 return [_like(xp, o, r) for o, r in zip(out[:n_state], values)], list(out[n_state:])
 
             state, ys = xp.scan(step, [_like(xp, v, v) for v in state], seqs, length=steps)
-        except (_NotTraceable, _Traced, NeedsHost, TypeError):
+        except (_NotTraceable, _Traced, NeedsHost, NotConcrete, TypeError):
             state, ys = _scan_unrolled(xp, state, seqs, body, steps, infos)
     else:
         state, ys = _scan_unrolled(xp, state, seqs, body, steps, infos)
     outputs = []
     for k, y in enumerate(ys):
+        y = xp.asarray(y)
         if out_dirs and out_dirs[k]:
             y = xp.flip(y, axis=0)
         axis = out_axes[k] if out_axes else 0
