@@ -18,7 +18,8 @@ def info(name, dtype, shape):
 
 
 def const(name, value):
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value)))
+    tensor = numpy_helper.from_array(np.asarray(value))
+    return helper.make_node("Constant", [], [name], value=tensor)
 
 
 def make_model(nodes, inputs, outputs, opset=18):
@@ -50,7 +51,8 @@ def check(proto, feeds, *, segments, backend="jax"):
 
 def if_model(else_shape=(3,)):
     """y = (x * 2 if sum(x) > 0 else x - 1) + 1; the else branch gives ``else_shape``."""
-    then = helper.make_graph([const("two", np.float32(2)), helper.make_node("Mul", ["x", "two"], ["t"])],
+    then = helper.make_graph([const("two", np.float32(2)),
+                              helper.make_node("Mul", ["x", "two"], ["t"])],
                              "then", [], [info("t", F, [3])])
     else_nodes = [const("one", np.float32(1)), helper.make_node("Sub", ["x", "one"], ["e"])]
     if else_shape != (3,):
@@ -125,7 +127,8 @@ def test_loop_with_scan_outputs_and_traced_trip_count_breaks(backend):
 
 
 def accumulate_loop():
-    """Adds x to an accumulator n times and stacks the partial sums (a for-loop with scan outputs)."""
+    """Adds x to an accumulator n times and stacks the partial sums (a for-loop with scan
+    outputs)."""
     body = helper.make_graph(
         [helper.make_node("Identity", ["c_in"], ["c_out"]),
          helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),

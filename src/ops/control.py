@@ -22,7 +22,8 @@ class _Traced(Exception):
 
 
 class _NotTraceable(Exception):
-    """The loop cannot become a backend loop (shapes vary, sequences carried, a host value needed)."""
+    """The loop cannot become a backend loop (shapes vary, a sequence is carried, a host value
+    is needed inside)."""
 
 
 def _concrete(xp, value):

@@ -53,7 +53,8 @@ def stft(xp, signal, frame_step, window=None, frame_length=None, *, onesided=1):
         width = window.shape[0] if window is not None else signal.shape[1]
     n_frames = 1 + (signal.shape[1] - width) // step
     index = np.arange(n_frames)[:, None] * step + np.arange(width)[None, :]
-    frames = xp.take(signal, xp.asarray(index.astype(np.int64)), axis=1)  # (batch, frames, width, c)
+    # (batch, frames, width, 1 or 2)
+    frames = xp.take(signal, xp.asarray(index.astype(np.int64)), axis=1)
     if window is not None:
         frames = frames * xp.reshape(xp.astype(window, xp.dtype_of(signal)), (1, 1, width, 1))
     return _dft(xp, frames, width, 2, 0, onesided)

@@ -106,7 +106,8 @@ def label_encoder(xp, x, *, keys_strings=None, keys_int64s=None, keys_floats=Non
         values, dtype, default = values_int64s, np.dtype(np.int64), default_int64
     else:
         values, dtype, default = values_floats, np.dtype(np.float32), default_float
-    table = dict(zip(np.asarray(keys).reshape(-1).tolist(), np.asarray(values).reshape(-1).tolist()))
+    table = dict(zip(np.asarray(keys).reshape(-1).tolist(),
+                     np.asarray(values).reshape(-1).tolist()))
     x = np.asarray(x)
     out = [table.get(v, default) for v in x.reshape(-1).tolist()]
     return np.array(out, dtype=dtype).reshape(x.shape)
