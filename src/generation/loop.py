@@ -20,6 +20,8 @@ from .sampling import Sampler, build_warpers
 from .stopping import StopStrings, finished
 
 
+# config.json names of the longest sequence the model's positions cover.
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
 # Cache buffers are at least this long, so short prompts of any length share one decode shape.
 MIN_CAPACITY = 64
 
@@ -38,7 +40,8 @@ class Generator:
                                    cache_size=cache_size)
         self._dtypes = {v.name: v.dtype for v in model.inputs}
         self._write = model.backend.compile(lambda c, n, s: write_rows(model.backend.xp, c, n, s))
-        self.context = self.model_config.get("max_position_embeddings")
+        self.context = next((self.model_config[k] for k in _CONTEXT_KEYS
+                             if self.model_config.get(k)), None)
 
     def generate(self, prompts, config, decode=None, on_step=None):
         """New token ids per row (eos included when generated). ``on_step(tokens, active)`` sees

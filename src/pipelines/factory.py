@@ -33,7 +33,10 @@ def pipeline(task, model=None, *, tokenizer=None, config=None, backend="jax", co
             repo = hub.resolve(config, **where)
     else:
         repo = hub.resolve(model, **where)
-        model = load(repo, backend=backend, compute_type=compute_type, variant=variant)
+        # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...)
+        component = cls.onnx_component(repo) if hasattr(cls, "onnx_component") else None
+        file = repo.choose(component, variant).path if component else None
+        model = load(repo, file, backend=backend, compute_type=compute_type, variant=variant)
     if repo is not None and not isinstance(config, dict):
         config = repo.config()
     if config is None:

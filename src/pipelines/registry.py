@@ -17,6 +17,7 @@ TASKS = {
     "question-answering": ("text.question_answering", "QuestionAnsweringPipeline"),
     "zero-shot-classification": ("text.zero_shot", "ZeroShotClassificationPipeline"),
     "text-ranking": ("text.ranking", "TextRankingPipeline"),
+    "text-generation": ("text.text_generation", "TextGenerationPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -27,7 +28,7 @@ ALIASES = {
     "reranking": "text-ranking",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
-PLANNED = {"zero-shot-entity-recognition", "text-generation", "text2text-generation",
+PLANNED = {"zero-shot-entity-recognition", "text2text-generation",
            "summarization", "translation", "image-classification", "object-detection",
            "image-segmentation", "depth-estimation", "automatic-speech-recognition",
            "audio-classification", "zero-shot-image-classification", "image-to-text",

@@ -1,0 +1,119 @@
+"""text-generation: transformers' TextGenerationPipeline over ``transmuter.generation``.
+
+    pipe("Once upon a time", max_new_tokens=20)        -> [{"generated_text": prompt + new text}]
+    pipe([{"role": "user", "content": "Hi"}])          -> [{"generated_text": messages + reply}]
+    pipe("...", return_full_text=False)                -> the new text only
+    pipe("...", return_tensors=True)                   -> [{"generated_token_ids": prompt + new}]
+
+Generation settings start from the repo's generation_config.json; call options override them.
+Chat messages render with the repo's chat template (``template_options`` such as
+``enable_thinking=False``, ``tools``, ``documents`` reach it) and tokenize without special tokens,
+as ``apply_chat_template`` does. Inputs of one batch run together, each with its own length.
+"""
+
+import dataclasses
+
+from ...generation import GenerationConfig, Generator
+from ...preprocess import chat_template
+from ...preprocess.tokenizer import clean_up_tokenization
+from ..base import Pipeline, PipelineError, check_text
+
+_GENERATION_OPTIONS = {f.name for f in dataclasses.fields(GenerationConfig)}
+
+
+class TextGenerationPipeline(Pipeline):
+    task = "text-generation"
+
+    def __init__(self, model, tokenizer, config=None, *, repo=None, **kwargs):
+        self.generator = Generator(model, config)
+        self.generation_file = repo.json("generation_config.json", {}) if repo else {}
+        super().__init__(model, tokenizer, config, repo=repo, **kwargs)
+
+    @staticmethod
+    def onnx_component(repo):
+        """onnx/model*.onnx (optimum, genai builder), else the merged decoder (Xenova/gpt2)."""
+        names = [f.rsplit("/", 1)[-1] for f in repo.onnx_files()]
+        if any(n.startswith("model") for n in names):
+            return "model"
+        return "decoder_model_merged"
+
+    # --- options -------------------------------------------------------------------------------
+
+    def _sanitize_parameters(self, return_full_text=None, return_tensors=None, return_text=None,
+                             clean_up_tokenization_spaces=None, add_special_tokens=None,
+                             template_options=None, tools=None, documents=None,
+                             chat_template_name=None, **options):
+        unknown = sorted(set(options) - _GENERATION_OPTIONS)
+        if unknown:
+            raise PipelineError(f"text-generation takes no option(s) {unknown}; generation "
+                                f"options are: {', '.join(sorted(_GENERATION_OPTIONS))}")
+        if template_options is not None and not isinstance(template_options, dict):
+            raise PipelineError(f"template_options must be a dict, got {template_options!r:.80}")
+        config = GenerationConfig.from_dicts(self.generation_file, self.config, **options)
+        pre = {"add_special_tokens": add_special_tokens, "template_options": template_options or {},
+               "tools": tools, "documents": documents, "template_name": chat_template_name}
+        post = {"return_type": "tensors" if return_tensors else
+                "new_text" if return_full_text is False else "full_text",
+                "clean_up": clean_up_tokenization_spaces}
+        return pre, {"config": config}, post
+
+    # --- inputs --------------------------------------------------------------------------------
+
+    def _is_single(self, inputs):
+        return isinstance(inputs, (str, dict)) or _is_chat(inputs)
+
+    def _input_kind(self):
+        return "a string or chat messages (a list of {'role', 'content'} dicts)"
+
+    def preprocess(self, inputs, add_special_tokens=None, template_options=None, tools=None,
+                   documents=None, template_name=None):
+        if isinstance(inputs, str):
+            ids = self.tokenizer.encode(check_text(inputs, "prompt"), truncation=False,
+                                        add_special_tokens=add_special_tokens is not False).ids
+            yield {"prompt": inputs, "ids": ids}
+            return
+        messages = inputs.get("messages") if isinstance(inputs, dict) else inputs
+        if messages is None:
+            raise PipelineError(f"A dict input needs 'messages', got keys {sorted(inputs)}")
+        config = self.tokenizer.config
+        template = chat_template.find_template(self.repo, config, template_name, tools)
+        text = chat_template.render(template, messages, special_tokens=chat_template
+                                    .special_tokens(config), tools=tools, documents=documents,
+                                    **(template_options or {}))
+        ids = self.tokenizer.encode(text, truncation=False, add_special_tokens=bool(
+            add_special_tokens)).ids
+        yield {"prompt": list(messages), "ids": ids}
+
+    # --- the model -----------------------------------------------------------------------------
+
+    def _forward(self, chunks, config):
+        new = self.generator.generate([c["ids"] for c in chunks], config,
+                                      decode=lambda ids: self._decode(ids, None))
+        return [dict(c, new_ids=n) for c, n in zip(chunks, new)]
+
+    def postprocess(self, outputs, return_type="full_text", clean_up=None):
+        out = outputs[0]
+        sequence = list(out["ids"]) + list(out["new_ids"])
+        if return_type == "tensors":
+            return [{"generated_token_ids": sequence}]
+        # as transformers: decode the whole sequence and cut the decoded prompt's length
+        text = self._decode(sequence, clean_up)[len(self._decode(out["ids"], clean_up)):]
+        prompt = out["prompt"]
+        if return_type == "new_text":
+            return [{"generated_text": text}]
+        if isinstance(prompt, str):
+            return [{"generated_text": prompt + text}]
+        if prompt[-1]["role"] == "assistant":  # continuing the final message
+            last = dict(prompt[-1], content=prompt[-1]["content"] + text)
+            return [{"generated_text": prompt[:-1] + [last]}]
+        return [{"generated_text": prompt + [{"role": "assistant", "content": text}]}]
+
+    def _decode(self, ids, clean_up):
+        text = self.tokenizer.backend.decode([int(i) for i in ids], skip_special_tokens=True)
+        clean = self.tokenizer.clean_up_tokenization_spaces if clean_up is None else clean_up
+        return clean_up_tokenization(text) if clean else text
+
+
+def _is_chat(inputs):
+    return isinstance(inputs, (list, tuple)) and bool(inputs) and \
+        all(isinstance(m, dict) and "role" in m for m in inputs)

@@ -1,0 +1,83 @@
+"""text-generation against recorded transformers outputs: greedy text and ids for each KV-cache
+mode (merged decoder: gpt2; position_ids: llama, qwen3; GroupQueryAttention: llama-gqa,
+qwen3-gqa, whose ORT fp32 greedy ids equal transformers')."""
+
+import json
+import os
+
+import pytest
+
+import transmuter
+from transmuter.errors import InputError
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+_PIPES = {}
+
+
+def pipe(name):
+    # one pipeline per fixture for the whole module: each compiles its prompt and step once
+    if name not in _PIPES:
+        _PIPES[name] = transmuter.pipeline("text-generation", os.path.join(FIXTURES, name),
+                                           variant="fp32")
+    return _PIPES[name]
+
+
+def reference(name, file):
+    with open(os.path.join(FIXTURES, name, "references", file)) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3"])
+def test_greedy_equals_transformers_pipeline(name):
+    text_call, ids_call = reference(name, "pipeline_text-generation.json")["calls"]
+    p = pipe(name)
+    # both inputs in one batch: rows of different lengths give what each gives alone
+    assert p(text_call["inputs"], batch_size=2, **text_call["call_kwargs"]) == text_call["outputs"]
+    assert p(ids_call["inputs"], batch_size=1, **ids_call["call_kwargs"]) == ids_call["outputs"]
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen3-gqa"])
+def test_gqa_chat_equals_transformers_generate(name):
+    ref = reference(name, "generate.json")
+    out = pipe(name)(ref["prompt_messages"], max_new_tokens=ref["max_new_tokens"],
+                     do_sample=False, eos_token_id=ref["eos_token_id"], return_tensors=True)
+    ids = out[0]["generated_token_ids"]
+    assert ids[:len(ref["prompt_ids"])] == ref["prompt_ids"]  # template + tokenization
+    assert ids[len(ref["prompt_ids"]):] == ref["transformers"]
+
+
+def test_chat_output_and_new_text():
+    p = pipe("llama-gqa")
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    full = p(messages, max_new_tokens=3, do_sample=False)[0]["generated_text"]
+    assert full[:-1] == messages and full[-1]["role"] == "assistant"
+    new = p({"messages": messages}, max_new_tokens=3, do_sample=False, return_full_text=False)
+    assert new == [{"generated_text": full[-1]["content"]}]
+
+
+def test_seeded_sampling_repeats_and_batched_equals_alone():
+    p = pipe("gpt2")
+    kwargs = dict(max_new_tokens=6, do_sample=True, top_k=20, temperature=0.8, seed=7,
+                  return_tensors=True)
+    a = p("The capital of France is", **kwargs)
+    assert a == p("The capital of France is", **kwargs)
+    assert p("The capital of France is", **dict(kwargs, seed=8)) != a
+    both = p(["The capital of France is", "Hello world! This is"], batch_size=2, **kwargs)
+    assert both[0] == a
+
+
+def test_stop_strings_and_bad_options():
+    p = pipe("gpt2")
+    full = p("Hello world! This is", max_new_tokens=8, return_full_text=False)[0]
+    stop = full["generated_text"][3:5]
+    short = p("Hello world! This is", max_new_tokens=8, return_full_text=False,
+              stop_strings=[stop])[0]["generated_text"]
+    assert stop in short and len(short) < len(full["generated_text"])
+    with pytest.raises(InputError, match="max_new_tokens"):
+        p("Hello", max_new_tokens=0)
+    with pytest.raises(InputError, match="top_p"):
+        p("Hello", top_p=1.5)
+    with pytest.raises(InputError, match="context"):
+        p("Hello " * 300, max_new_tokens=4)
+    with pytest.raises(Exception, match="takes no option"):
+        p("Hello", frobnicate=True)
