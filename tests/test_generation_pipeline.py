@@ -81,3 +81,22 @@ def test_stop_strings_and_bad_options():
         p("Hello " * 300, max_new_tokens=4)
     with pytest.raises(Exception, match="takes no option"):
         p("Hello", frobnicate=True)
+
+
+def test_stream_chunks_join_to_the_new_text():
+    p = pipe("gpt2")
+    kwargs = dict(max_new_tokens=8, do_sample=False)
+    chunks = list(p("Hello world! This is", stream=True, **kwargs))
+    new = p("Hello world! This is", return_full_text=False, **kwargs)[0]["generated_text"]
+    assert "".join(chunks) == new and len(chunks) >= 1
+    with pytest.raises(Exception, match="one input"):
+        p(["a", "b"], stream=True)
+
+
+def test_text_streamer_rule():
+    from transmuter.generation.streaming import TextStreamer
+    pieces = {1: "Hello", 2: " wor", 3: "ld", 4: "\n", 5: "\u4e2d", 6: "\ufffd", 7: " ok"}
+    s = TextStreamer(lambda ids: "".join(pieces[i] for i in ids))
+    assert [s.put([i]) for i in (1, 2, 3, 4)] == ["", "Hello ", "", "world\n"]
+    assert s.put([5]) == "\u4e2d" and s.put([6]) == "" and s.put([7]) == "\ufffd "
+    assert s.end() == "ok"

@@ -14,6 +14,7 @@ as ``apply_chat_template`` does. Inputs of one batch run together, each with its
 import dataclasses
 
 from ...generation import GenerationConfig, Generator
+from ...generation.streaming import stream as stream_text
 from ...preprocess import chat_template
 from ...preprocess.tokenizer import clean_up_tokenization
 from ..base import Pipeline, PipelineError, check_text
@@ -36,6 +37,21 @@ class TextGenerationPipeline(Pipeline):
         if any(n.startswith("model") for n in names):
             return "model"
         return "decoder_model_merged"
+
+    def __call__(self, inputs, *, stream=False, **kwargs):
+        """With ``stream=True`` (one input): an iterator of new-text chunks (TextStreamer rule)."""
+        if not stream:
+            return super().__call__(inputs, **kwargs)
+        if not self._is_single(inputs):
+            raise PipelineError("stream=True takes one input (a string or one chat)")
+        kwargs.pop("batch_size", None)
+        pre, fwd, _ = self._sanitize_parameters(**{**self._defaults, **kwargs})
+        if fwd["config"].num_beams > 1:
+            raise PipelineError("stream=True cannot stream beam search (num_beams > 1)")
+        chunk = next(iter(self.preprocess(inputs, **pre)))
+        return stream_text(lambda on_step: self.generator.generate(
+            [chunk["ids"]], fwd["config"], decode=lambda ids: self._decode(ids, None),
+            on_step=on_step), lambda ids: self._decode(ids, None))
 
     # --- options -------------------------------------------------------------------------------
 
