@@ -8,13 +8,19 @@ recorded at trace time and replayed on cache hits."""
 
 import collections
 import dataclasses
+import itertools
+import os
 
 import numpy as np
 
 from .errors import InputError
 from .model import check_value
-from .graph import node_reads
+from .graph import node_reads, walk
 from .runner import NeedsHost, Runner, is_static
+
+
+RNG = "__transmuter_rng__"  # the name of the random key in a run's values
+_CALLS = itertools.count(int.from_bytes(os.urandom(4), "little"))
 
 
 @dataclasses.dataclass
@@ -44,6 +50,9 @@ class CompiledFunction:
         self._hits = self._misses = 0
         self._runner = Runner(model.backend, model.opsets)
         self._live = {}
+        # Graphs that draw random values get a new key each call (a dynamic input of every
+        # segment), so compiled draws differ between calls as eager ones do.
+        self._random = any(node.opdef.random for node in walk(model.graph))
 
     def cache_info(self):
         """hits and misses (compiles) of the segment cache, as functools.lru_cache reports them."""
@@ -67,6 +76,9 @@ class CompiledFunction:
             env.update(params)
             env.update(self.static_inputs)
             env.update({k: self._runner.to_device(v) for k, v in inputs.items()})
+            if self._random:
+                env[RNG] = model.backend.random_key(next(_CALLS))
+                self._runner.rng = env[RNG]
             start = 0
             while start < len(nodes):
                 start = self._run_segment(start, env, params)
@@ -80,13 +92,14 @@ class CompiledFunction:
         for i, name in enumerate(node.inputs):
             if name and (opdef.host or opdef.needs_static(i, len(node.inputs))):
                 env[name] = self._runner.to_host(env[name], node)
+        self._runner.rng = env.get(RNG)  # the concrete key (a trace may have left a tracer)
         self._runner.run_node(node, env)
 
     def _live_at(self, index):
         """Names read by nodes[index:] or returned by the graph."""
         if index not in self._live:
             graph = self.model.graph
-            live = set(graph.output_names)
+            live = set(graph.output_names) | {RNG}
             for node in graph.nodes[index:]:
                 live |= node_reads(node)
             self._live[index] = live
@@ -128,6 +141,7 @@ class CompiledFunction:
         recorded = {}
 
         def segment(p, values):
+            self._runner.rng = values.get(RNG)
             scope = dict(base)
             scope.update(p)
             scope.update(values)

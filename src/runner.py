@@ -50,6 +50,7 @@ class Runner:
     def __init__(self, backend, opsets):
         self.backend = backend
         self.opsets = opsets
+        self.rng = None  # the random key of the current run, when the graph draws random values
 
     def to_host(self, value, node):
         if is_static(value):
@@ -82,7 +83,7 @@ class Runner:
             raise OpError(f"{node.label} reads {e.args[0]!r}, which no earlier node or input "
                           "defines: the graph is not topologically sorted or is broken") from None
         n_in = len(args)
-        if opdef.host or all(is_static(a) for a in args):
+        if opdef.host or (all(is_static(a) for a in args) and not opdef.random):
             xp = NP
             args = [self.to_host(a, node) for a in args]
         else:
@@ -94,7 +95,8 @@ class Runner:
             if isinstance(value, Graph):
                 kwargs[key] = self._subgraph_fn(value, env)
         if opdef.context:
-            kwargs["ctx"] = OpContext(node.name, len(node.outputs), self.opsets.get(opdef.domain, 1))
+            kwargs["ctx"] = OpContext(node.name, len(node.outputs), self.opsets.get(opdef.domain, 1),
+                                      rng=self.rng if opdef.random else None)
         try:
             try:
                 result = opdef.fn(xp, *args, **kwargs)

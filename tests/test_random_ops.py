@@ -147,3 +147,22 @@ def test_multinomial_distribution(backend, dtype):
         for c in range(3):
             prob = probs[row, c]
             assert abs(freq[c] - prob) <= Z * np.sqrt(prob * (1 - prob) / samples)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_compiled_draws_differ_between_calls_unless_seeded(backend):
+    """A compiled function threads a new key through each call; a `seed` attribute fixes it."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("RandomNormalLike", ["x"], ["free"]),
+             helper.make_node("RandomNormalLike", ["x"], ["fixed"], seed=3.0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                              [helper.make_tensor_value_info("free", TensorProto.FLOAT, [64]),
+                               helper.make_tensor_value_info("fixed", TensorProto.FLOAT, [64])])
+    model = transmuter.load(helper.make_model(graph), backend=backend)
+    feed = {"x": np.zeros(64, np.float32)}
+    fn = transmuter.compile(model, feed)
+    a, b = fn(feed), fn(feed)
+    assert fn.cache_info().misses == 1
+    assert not np.array_equal(np.asarray(a["free"]), np.asarray(b["free"]))
+    np.testing.assert_array_equal(np.asarray(a["fixed"]), np.asarray(b["fixed"]))

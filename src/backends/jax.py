@@ -110,6 +110,9 @@ class JaxBackend:
     def is_array(self, x):
         return isinstance(x, jax.Array)
 
+    def random_key(self, seed):
+        return jax.random.PRNGKey(seed & 0xFFFFFFFF)
+
     def to_host(self, x):
         if isinstance(x, jax.core.Tracer):
             raise NotConcrete()

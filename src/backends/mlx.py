@@ -316,6 +316,9 @@ class MlxBackend:
     def is_array(self, x):
         return isinstance(x, mx.array)
 
+    def random_key(self, seed):
+        return mx.random.key(seed & 0xFFFFFFFF)
+
     def to_host(self, x):
         try:
             if x.dtype == mx.bfloat16:

@@ -41,7 +41,7 @@ def _draw(xp, kind, shape, dtype, seed, ctx):
     if not dtypes.is_float(dtype):
         raise ValueError(f"random draws are floating point, not {dtypes.name(dtype)}")
     wide = np.dtype(np.float32) if dtypes.is_half(dtype) else dtype
-    key = ctx.rng if ctx is not None else None
+    key = ctx.rng if ctx is not None and seed is None else None  # a seed alone decides the draw
     return xp.random(kind, tuple(int(d) for d in shape), wide, seed=_seed(seed, ctx), key=key)
 
 
@@ -61,34 +61,34 @@ def _uniform(xp, shape, dtype, low, high, seed, ctx):
     return xp.astype(u * (high - low) + low, dtype)
 
 
-@op("RandomNormal", 1, context=True)
+@op("RandomNormal", 1, context=True, random=True)
 def random_normal(xp, *, shape, dtype=_FLOAT, mean=0.0, scale=1.0, seed=None, ctx=None):
     return _normal(xp, shape, dtypes.to_numpy(dtype), mean, scale, seed, ctx)
 
 
-@op("RandomUniform", 1, context=True)
+@op("RandomUniform", 1, context=True, random=True)
 def random_uniform(xp, *, shape, dtype=_FLOAT, high=1.0, low=0.0, seed=None, ctx=None):
     return _uniform(xp, shape, dtypes.to_numpy(dtype), low, high, seed, ctx)
 
 
-@op("RandomNormalLike", 1, context=True)
+@op("RandomNormalLike", 1, context=True, random=True)
 def random_normal_like(xp, x, *, dtype=None, mean=0.0, scale=1.0, seed=None, ctx=None):
     return _normal(xp, x.shape, _like_dtype(xp, x, dtype), mean, scale, seed, ctx)
 
 
-@op("RandomUniformLike", 1, context=True)
+@op("RandomUniformLike", 1, context=True, random=True)
 def random_uniform_like(xp, x, *, dtype=None, high=1.0, low=0.0, seed=None, ctx=None):
     return _uniform(xp, x.shape, _like_dtype(xp, x, dtype), low, high, seed, ctx)
 
 
-@op("Bernoulli", 15, context=True)
+@op("Bernoulli", 15, context=True, random=True)
 def bernoulli(xp, p, *, dtype=None, seed=None, ctx=None):
     """1 with probability p (elementwise), else 0, in ``dtype`` (default: p's)."""
     u = _draw(xp, "uniform", p.shape, xp.dtype_of(p), seed, ctx)
     return xp.astype(u < xp.astype(p, xp.dtype_of(u)), _like_dtype(xp, p, dtype))
 
 
-@op("Multinomial", 7, context=True)
+@op("Multinomial", 7, context=True, random=True)
 def multinomial(xp, x, *, dtype=_INT32, sample_size=1, seed=None, ctx=None):
     """``sample_size`` class indices per row of unnormalized log-probabilities x (batch, C):
     inverse CDF sampling, one uniform draw per sample."""

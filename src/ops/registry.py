@@ -10,6 +10,8 @@ Registration metadata tells the runner what it needs, so the runner never branch
 - ``static``: input positions that must be known on the host (Reshape's shape, Slice's starts...).
 - ``host``: the output shape depends on input values (NonZero, Unique): the op always runs on the
   host, on concrete values.
+- ``random``: the op draws random values: it is never folded on the host, and its ``ctx.rng`` is
+  the key threaded through the run (a new key each call of a compiled function).
 - ``context``: the op receives ``ctx=`` (number of outputs, random key, opset, node name).
 - ``subgraphs``: the op receives GRAPH attributes as callables and ``ctx``.
 - ``raw``: inputs arrive as they are (host values stay on the host beside device ones): control
@@ -32,6 +34,7 @@ class OpDef:
     host: bool = False
     context: bool = False
     raw: bool = False
+    random: bool = False
 
     def needs_static(self, i: int, n_inputs: int) -> bool:
         if self.static == "all":
@@ -47,14 +50,14 @@ def _norm_domain(domain: str) -> str:
 
 
 def op(op_type: str, since: int = 1, *, domain: str = "", static=(), host=False, context=False,
-       raw=False):
+       raw=False, random=False):
     """Register ``fn`` as ``op_type`` from opset version ``since`` on."""
 
     def register(fn):
         key = (_norm_domain(domain), op_type)
         _REGISTRY.setdefault(key, []).append(
             OpDef(_norm_domain(domain), op_type, since, fn, tuple(static) if static != "all" else "all",
-                  host, context, raw))
+                  host, context, raw, random))
         _REGISTRY[key].sort(key=lambda d: d.since)
         return fn
 
