@@ -63,6 +63,8 @@ class Runner:
             raise NeedsHost(node) from None
 
     def to_device(self, value):
+        if isinstance(value, np.generic):
+            value = np.asarray(value)
         if isinstance(value, np.ndarray) and value.dtype != object:
             return self.backend.asarray(value)
         if isinstance(value, list):

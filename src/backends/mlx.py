@@ -40,6 +40,8 @@ def to_mx(value, dtype=None):
     if isinstance(value, mx.array):
         return value if dtype is None else value.astype(mx_dtype(dtype))
     a = np.asarray(value)
+    if not a.flags.c_contiguous:  # MLX cannot take NumPy views with negative strides
+        a = a.copy()
     target = mx_dtype(dtype if dtype is not None else a.dtype)
     if a.dtype == np.dtype(ml_dtypes.bfloat16):
         return mx.array(a.astype(np.float32)).astype(target)
@@ -119,7 +121,10 @@ class MlxNamespace(common.Namespace):
         return mx.stack([to_mx(x) for x in xs], axis=axis)
 
     def take(self, x, indices, axis=None):
-        return mx.take(x, to_mx(indices), axis=axis)
+        indices = to_mx(indices)
+        if indices.ndim == 0 and axis is not None:  # MLX keeps the axis for a 0-d index
+            return mx.squeeze(mx.take(x, indices.reshape(1), axis=axis), axis=axis)
+        return mx.take(x, indices, axis=axis)
 
     def where(self, cond, x, y):
         return mx.where(to_mx(cond), to_mx(x) if isinstance(x, np.ndarray) else x,
