@@ -8,11 +8,15 @@ import onnx
 from . import backends, dtypes, ops
 from .errors import InputError, ModelLoadError, UnsupportedOperatorError
 from .graph import parse_graph, walk
+from .onnx_file import read_onnx
 
-# Float initializers above this many elements become params: device arrays passed to compiled
-# functions as arguments. Smaller ones (and all integer ones) stay static, on the host, where they
-# fold into shape computations and constants.
+# Initializers above these sizes become params: device arrays passed to compiled functions as
+# arguments, never baked in as constants. Smaller ones stay static, on the host, where they fold
+# into shape computations and constants. Floats and 8-bit-or-narrower integers (quantized weights
+# and their zero points: never shapes) share the float threshold; wider integers and bools
+# (indices, shapes, masks) stay static up to a larger size, so shape arithmetic keeps folding.
 PARAM_MIN_SIZE = 64
+INT_PARAM_MIN_SIZE = 1024
 
 
 def read_proto(source) -> onnx.ModelProto:
@@ -24,9 +28,7 @@ def read_proto(source) -> onnx.ModelProto:
         path = os.fspath(source)
         if not os.path.isfile(path):
             raise ModelLoadError(f"No ONNX file at {path!r}")
-        from .hub import read_onnx  # reads external data itself, also behind cache symlinks
-
-        return read_onnx(path)
+        return read_onnx(path)  # reads external data itself, also behind cache symlinks
     except ModelLoadError:
         raise
     except Exception as e:
@@ -49,6 +51,13 @@ class Model:
             self.graph = parse_graph(proto.graph)
         except Exception as e:
             raise ModelLoadError(f"Cannot parse the ONNX graph: {e}") from e
+        if compute_type not in (None, "f32", "float32"):
+            raise ModelLoadError(f"compute_type={compute_type!r}: use None (the graph's own "
+                                 "types) or 'f32' (half graphs computed in float32)")
+        if compute_type is not None:
+            from .precision import upcast_half
+
+            upcast_half(self.graph)
         self._resolve_ops()
         self.compute_type = compute_type
         self.trainable = trainable
@@ -143,9 +152,13 @@ def check_value(info, value):
 
 
 def _is_param(value, trainable):
-    if value.dtype == object or not dtypes.is_float(value.dtype):
+    if value.dtype == object:
         return False
-    return value.size > PARAM_MIN_SIZE or (trainable and value.size > 1)
+    if dtypes.is_float(value.dtype):
+        return value.size > PARAM_MIN_SIZE or (trainable and value.size > 1)
+    if value.dtype.itemsize == 1 and value.dtype.kind in "iuV":  # (u)int8, (u)int4, (u)int2
+        return value.size > PARAM_MIN_SIZE
+    return value.size > INT_PARAM_MIN_SIZE
 
 
 def _to_numpy(value):
@@ -174,7 +187,7 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
         repo = hub.resolve(source, revision=revision, cache_dir=cache_dir,
                            local_files_only=local_files_only, token=token)
         path = repo.fetch_onnx(file) if file else repo.onnx_file("model", variant=variant)
-        source = hub.read_onnx(path)  # external data may sit behind the cache's symlinks
+        source = read_onnx(path)  # external data may sit behind the cache's symlinks
     elif file is not None:
         raise ModelLoadError(f"file={file!r} applies only when source is a Hub id or a folder")
     return Model(read_proto(source), backend=backend, compute_type=compute_type,
