@@ -94,7 +94,16 @@ def pow_(xp, x, y):
 
 @op("BitShift", 11)
 def bit_shift(xp, x, y, *, direction):
-    return xp.left_shift(x, y) if direction == "LEFT" else xp.right_shift(x, y)
+    # Shifts by a negative amount or by the width or more give 0 (C would leave them undefined).
+    width = xp.dtype_of(x).itemsize * 8
+    out_of_range = xp.logical_or(y < 0, y >= width)
+    y = xp.where(out_of_range, xp.zeros_like(y), y)
+    if direction == "LEFT":
+        return xp.where(out_of_range, xp.zeros_like(x), xp.left_shift(x, y))
+    # Right shifts are arithmetic for signed types: out of range, only the sign is left.
+    fill = xp.where(x < 0, xp.full_like(x, -1), xp.zeros_like(x)) if xp.dtype_of(x).kind == "i" \
+        else xp.zeros_like(x)
+    return xp.where(out_of_range, fill, xp.right_shift(x, y))
 
 
 @op("IsInf", 10)
@@ -169,8 +178,10 @@ def elu(xp, x, *, alpha=1.0):
 
 @op("Celu", 12)
 def celu(xp, x, *, alpha=1.0):
-    a = xp.asarray(alpha, xp.dtype_of(x))
-    return xp.maximum(x, 0 * x) + xp.minimum(0 * x, a * (xp.exp(x / a) - 1))
+    xf = xp.astype(x, np.float32) if xp.is_half(x) else x  # exp in f32 for half inputs
+    a = xp.asarray(alpha, xp.dtype_of(xf))
+    return xp.astype(xp.maximum(xf, 0 * xf) + xp.minimum(0 * xf, a * (xp.exp(xf / a) - 1)),
+                     xp.dtype_of(x))
 
 
 @op("Selu", 1)

@@ -152,7 +152,7 @@ def batch_normalization(xp, x, scale, bias, mean, var, *, epsilon=1e-5, momentum
 def lp_normalization(xp, x, *, axis=-1, p=2):
     norm = (xp.sqrt(xp.sum(x * x, axis=axis, keepdims=True)) if p == 2
             else xp.sum(xp.abs(x), axis=axis, keepdims=True))
-    return x / norm
+    return xp.where(norm == 0, xp.zeros_like(x), x / xp.where(norm == 0, xp.ones_like(norm), norm))
 
 
 @op("MeanVarianceNormalization", 9)

@@ -43,8 +43,12 @@ def _min(xp, x, axes, keep):
 
 def _empty_reduce(xp, x, axes, keep, bound):
     dt = xp.dtype_of(x)
-    info = np.finfo(dt) if dt.kind == "f" else np.iinfo(dt)
-    value = (-np.inf if bound == "min" else np.inf) if dt.kind == "f" else getattr(info, bound)
+    if dt == np.bool_:  # max of nothing is False, min of nothing is True
+        value = bound == "max"
+    elif dt.kind == "f":
+        value = -np.inf if bound == "min" else np.inf
+    else:
+        value = getattr(np.iinfo(dt), bound)
     shape = np.sum(np.zeros(x.shape), axis=axes, keepdims=keep).shape
     return xp.full(shape, value, dtype=dt)
 
