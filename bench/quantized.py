@@ -1,0 +1,187 @@
+"""Tokens/s of a tiny-but-not-toy GroupQueryAttention decoder, fp32 vs int4, on Transmuter (JAX or
+MLX) vs onnxruntime, driven by the same greedy loop.
+
+    python bench/quantized.py [--backend jax|mlx] [--prompt 64] [--new 32] [--layers 12]
+
+The model (random LlamaConfig: 12 layers, hidden 512, 8 heads / 4 KV heads, MLP 1408, vocab
+16384) is built on first run by onnxruntime-genai's model builder (fp32 and int4, CPU), in the
+genai environment ($TRANSMUTER_GENAI_PYTHON, default /work/venvs/genai/bin/python: transformers 5,
+torch CPU, no network), into $TRANSMUTER_BENCH_CACHE (default ~/.cache/transmuter-bench). The int4
+graph is used as built (MatMulNBits accuracy_level 4: onnxruntime quantizes activations to int8;
+Transmuter treats it as 0 and dequantizes in the graph).
+
+The loop: a prompt step (batch 1, cache empty), then --new one-token steps. The KV cache is a fixed
+buffer of prompt + new positions (GroupQueryAttention reads attention_mask only through its row
+sum and width, and writes each step's keys/values at the row's length), so every decode step has
+the same shapes: one compile for the prompt, one for decoding. onnxruntime runs the same feeds with
+ORT_ENABLE_ALL and as many threads as cores. Tokens/s counts decode steps only; the prompt step is
+timed apart (prompt tokens/s). Both runs must produce the same greedy tokens (fp32) or say so."""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+import transmuter
+
+CONFIG = dict(hidden_size=512, num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+              intermediate_size=1408, vocab_size=16384, max_position_embeddings=2048,
+              rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+BUILD = textwrap.dedent("""
+    import json, shutil, subprocess, sys, pathlib
+    import torch, transformers
+    out, layers, fixture = pathlib.Path(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3])
+    hf = out / "hf"
+    cfg = transformers.LlamaConfig(num_hidden_layers=layers, **json.loads(sys.argv[4]))
+    cfg.architectures = ["LlamaForCausalLM"]
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(hf)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(fixture / name, hf / name)  # the builder copies a tokenizer along
+    for precision in ("fp32", "int4"):
+        subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
+                        "-o", str(out / precision), "-p", precision, "-e", "cpu",
+                        "-c", str(out / "cache")], check=True, stdout=subprocess.DEVNULL)
+""")
+
+
+def build(folder, layers):
+    python = os.environ.get("TRANSMUTER_GENAI_PYTHON", "/work/venvs/genai/bin/python")
+    fixture = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "llama-gqa"
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"building the model into {folder} (once) ...", flush=True)
+    subprocess.run([python, "-c", BUILD, str(folder), str(layers), str(fixture),
+                    json.dumps(CONFIG)], check=True)
+
+
+def model_path(layers):
+    cache = pathlib.Path(os.environ.get("TRANSMUTER_BENCH_CACHE",
+                                        pathlib.Path.home() / ".cache" / "transmuter-bench"))
+    folder = cache / f"llama-gqa-{layers}x{CONFIG['hidden_size']}"
+    if not (folder / "int4" / "model.onnx").exists():
+        build(folder, layers)
+    return {p: folder / p / "model.onnx" for p in ("fp32", "int4")}
+
+
+def greedy(step, prompt, n_new, kv_names, kv_heads, head_dim, total=None):
+    """Prompt step, then ``n_new`` one-token steps on a cache of ``total`` positions (default:
+    just enough). ``step(feeds)`` returns (logits, presents). Returns tokens, prompt seconds,
+    decode seconds."""
+    total = total or len(prompt) + n_new
+    feeds = {"input_ids": np.array([prompt], np.int64),
+             "attention_mask": np.ones((1, len(prompt)), np.int64)}
+    feeds.update({k: np.zeros((1, kv_heads, 0, head_dim), np.float32) for k in kv_names})
+    start = time.perf_counter()
+    logits, presents = step(feeds)
+    token = int(np.argmax(logits[0, -1]))
+    prompt_s = time.perf_counter() - start
+    # The prompt's keys/values at the front of a buffer of ``total`` positions.
+    pad = [(0, 0), (0, 0), (0, total - len(prompt)), (0, 0)]
+    cache = {k: np.pad(np.asarray(v), pad) for k, v in presents.items()}
+    tokens, length = [token], len(prompt)
+    start = time.perf_counter()
+    for _ in range(n_new - 1):
+        length += 1
+        mask = (np.arange(total) < length).astype(np.int64)[None]
+        feeds = {"input_ids": np.array([[token]], np.int64), "attention_mask": mask, **cache}
+        logits, cache = step(feeds)
+        token = int(np.argmax(logits[0, -1]))
+        tokens.append(token)
+    return tokens, prompt_s, time.perf_counter() - start
+
+
+def ort_step(path):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = os.cpu_count()
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+
+    def step(feeds):
+        out = dict(zip(names, session.run(None, feeds)))
+        return out["logits"], {k.replace("present.", "past_key_values."): v
+                               for k, v in out.items() if k.startswith("present.")}
+
+    return step
+
+
+def transmuter_step(path, backend):
+    model = transmuter.load(path, backend=backend)
+    fns = {}
+
+    def step(feeds):
+        key = feeds["input_ids"].shape[1] > 1
+        if key not in fns:
+            fns[key] = transmuter.compile(model, feeds)
+        out = fns[key](feeds)
+        model.backend.block(out)
+        # Keep presents on the device: fed back as they are on the next step.
+        return np.asarray(out["logits"]), {k.replace("present.", "past_key_values."): v
+                                           for k, v in out.items() if k.startswith("present.")}
+
+    return model, step
+
+
+def file_mb(path):
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 1e6
+
+
+def weight_bytes(model):
+    return sum(int(np.prod(v.shape)) * np.dtype(str(v.dtype).split(".")[-1]).itemsize
+               for v in model.params.values()) + sum(
+        np.asarray(v).nbytes for v in model.constants.values() if hasattr(v, "nbytes"))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="jax")
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--layers", type=int, default=12)
+    args = parser.parse_args()
+    paths = model_path(args.layers)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(3, CONFIG["vocab_size"],
+                                                                 args.prompt)]
+    kv_names = [f"past_key_values.{i}.{kv}" for i in range(args.layers) for kv in ("key", "value")]
+    shape = (CONFIG["num_key_value_heads"], CONFIG["head_dim"])
+    print(f"decoder: {args.layers} layers, hidden {CONFIG['hidden_size']}, vocab "
+          f"{CONFIG['vocab_size']}; prompt {args.prompt}, {args.new} new tokens, batch 1, "
+          f"{os.cpu_count()} cores, backend {args.backend}")
+    print(f"{'':6} {'file MB':>8} {'weights MB':>10} {'compile s':>9} {'prompt tok/s':>22} "
+          f"{'decode tok/s':>22} {'same tokens':>11}")
+    results = {}
+    for precision, path in paths.items():
+        ref_tokens, ort_prompt, ort_decode = greedy(ort_step(path), prompt, args.new, kv_names,
+                                                    *shape)
+        model, step = transmuter_step(path, args.backend)
+        start = time.perf_counter()
+        # compiles the prompt step and the decode step (same cache size as the timed run)
+        greedy(step, prompt, 2, kv_names, *shape, total=args.prompt + args.new)
+        compile_s = time.perf_counter() - start
+        tokens, our_prompt, our_decode = greedy(step, prompt, args.new, kv_names, *shape)
+        n = args.new - 1
+        ours, theirs = n / our_decode, n / ort_decode
+        same = sum(a == b for a, b in zip(tokens, ref_tokens))
+        results[precision] = ours, theirs
+        print(f"{precision:6} {file_mb(path):>8.1f} {weight_bytes(model) / 1e6:>10.1f} "
+              f"{compile_s:>9.1f} {args.prompt / our_prompt:>8.0f} vs ort "
+              f"{args.prompt / ort_prompt:>6.0f} {ours:>8.1f} vs ort {theirs:>6.1f} "
+              f"{same:>5}/{len(tokens)}")
+    for precision, (ours, theirs) in results.items():
+        print(f"{precision}: {args.backend}/ort decode = {ours / theirs:.2f}x")
+    (fp_o, fp_t), (q_o, q_t) = results["fp32"], results["int4"]
+    print(f"int4/fp32 decode speed-up: {args.backend} {q_o / fp_o:.2f}x, ort {q_t / fp_t:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
