@@ -762,3 +762,36 @@ def reset_dir(path: str | Path) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     return path
+
+
+def run_fixtures(script: str, fixtures, build, argv: list[str]) -> int:
+    """The command line of a family script: build the named fixtures (default: all), each in a
+    fresh interpreter with PYTHONHASHSEED=0. torch.onnx numbers values (``onnx::MatMul_730``) with
+    a process-wide counter and optimum's merge_decoders iterates over sets of value names, so a
+    fixture's bytes would otherwise depend on what ran before it in the same process."""
+    import subprocess
+    import sys
+    import time
+    import warnings
+
+    if "--list" in argv:
+        print("\n".join(fixtures))
+        return 0
+    if argv[:1] == ["--one"]:
+        warnings.filterwarnings("ignore")
+        build(argv[1])
+        return 0
+    names = argv or list(fixtures)
+    unknown = [n for n in names if n not in fixtures]
+    if unknown:
+        raise SystemExit(f"unknown fixtures: {unknown}; known: {list(fixtures)}")
+    start = time.time()
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    for name in names:
+        t0 = time.time()
+        subprocess.run([sys.executable, script, "--one", name], check=True, env=env)
+        print(f"{name}: {dir_size(FIXTURES_ROOT / name) / 1e6:.2f} MB in {time.time() - t0:.1f}s",
+              flush=True)
+    total = sum(dir_size(FIXTURES_ROOT / n) for n in names) / 1e6
+    print(f"done: {len(names)} fixtures, {total:.2f} MB, in {time.time() - start:.1f}s")
+    return 0

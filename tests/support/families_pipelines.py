@@ -27,7 +27,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -215,27 +214,7 @@ def build(name: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Build the named fixtures (default: all), each in a fresh interpreter (see families_text)."""
-    import subprocess
-    import warnings
-
-    if "--list" in argv:
-        print("\n".join(FIXTURES))
-        return 0
-    if argv[:1] == ["--one"]:
-        warnings.filterwarnings("ignore")
-        build(argv[1])
-        return 0
-    names = argv or list(FIXTURES)
-    unknown = [n for n in names if n not in FIXTURES]
-    if unknown:
-        raise SystemExit(f"unknown fixtures: {unknown}; known: {list(FIXTURES)}")
-    for name in names:
-        t0 = time.time()
-        subprocess.run([sys.executable, __file__, "--one", name], check=True)
-        size = ec.dir_size(ec.FIXTURES_ROOT / name) / 1e6
-        print(f"{name}: {size:.2f} MB in {time.time() - t0:.1f}s", flush=True)
-    return 0
+    return ec.run_fixtures(__file__, FIXTURES, build, argv)
 
 
 if __name__ == "__main__":

@@ -31,10 +31,8 @@ Layouts:
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -609,34 +607,7 @@ def build(name: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Build the named fixtures (default: all), each in a fresh interpreter with PYTHONHASHSEED=0:
-    torch.onnx numbers values (``onnx::MatMul_730``) with a process-wide counter, so a fixture's
-    bytes would otherwise depend on what was exported before it in the same process."""
-    import subprocess
-    import warnings
-
-    if "--list" in argv:
-        print("\n".join(FIXTURES))
-        return 0
-    if argv[:1] == ["--one"]:
-        warnings.filterwarnings("ignore")
-        build(argv[1])
-        return 0
-    names = argv or list(FIXTURES)
-    unknown = [n for n in names if n not in FIXTURES]
-    if unknown:
-        raise SystemExit(f"unknown fixtures: {unknown}; known: {list(FIXTURES)}")
-    start = time.time()
-    for name in names:
-        t0 = time.time()
-        # PYTHONHASHSEED: optimum's merge_decoders iterates over sets of value names
-        env = dict(os.environ, PYTHONHASHSEED="0")
-        subprocess.run([sys.executable, __file__, "--one", name], check=True, env=env)
-        size = ec.dir_size(ec.FIXTURES_ROOT / name) / 1e6
-        print(f"{name}: {size:.2f} MB in {time.time() - t0:.1f}s", flush=True)
-    total = sum(ec.dir_size(ec.FIXTURES_ROOT / n) for n in names) / 1e6
-    print(f"done: {len(names)} fixtures, {total:.2f} MB, in {time.time() - start:.1f}s")
-    return 0
+    return ec.run_fixtures(__file__, FIXTURES, build, argv)
 
 
 if __name__ == "__main__":

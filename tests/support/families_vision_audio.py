@@ -51,6 +51,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from PIL import Image  # noqa: E402
 
+import export_common as ec  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 OPTIMUM_ONNX = "optimum-onnx 0.1.0"
@@ -310,12 +312,7 @@ def move_onnx(src: Path, fx: Path, names: dict[str, str]) -> None:
 
 
 def session(path: Path) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return ec.ort_session(path)
 
 
 def run(sess: ort.InferenceSession, feeds: dict) -> dict:
