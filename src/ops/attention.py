@@ -1,4 +1,5 @@
-"""Attention (ai.onnx 23, 24, 25) and the scaled-dot-product core the contrib attention ops share.
+"""Attention (ai.onnx 23, 24, 25), FlexAttention (ai.onnx.preview 1) and the scaled-dot-product
+core the contrib attention ops share.
 
 Scores, masks and softmax run in f32 for half inputs; the outputs come back in the input dtype.
 Grouped-query attention never repeats K/V: query heads are grouped as (kv_heads, group) and the
@@ -6,6 +7,7 @@ matmuls broadcast over the group axis (query head h reads KV head h // group, as
 
 import numpy as np
 
+from .. import dtypes
 from .registry import op
 
 NEG_INF = -np.inf
@@ -186,3 +188,51 @@ def attention_v25(xp, q, k, v, attn_mask=None, past_key=None, past_value=None,
                       qk_matmul_output_mode=qk_matmul_output_mode,
                       left_window_size=left_window_size, right_window_size=right_window_size,
                       n_outputs=ctx.n_outputs)
+
+
+# -- FlexAttention (ai.onnx.preview 1) -------------------------------------------------------------
+
+_PRECISIONS = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def _flex_dtype(dt, softmax_precision):
+    """The spec's element type of scores, probs and the modifier graphs: softmax_precision when
+    given, else float64 for double inputs and float32 for the rest (so half stays f32, §3)."""
+    if softmax_precision is None:
+        return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+    if softmax_precision not in _PRECISIONS:
+        raise ValueError(f"softmax_precision {softmax_precision} is not one of FLOAT (1), "
+                         "FLOAT16 (10), DOUBLE (11), BFLOAT16 (16)")
+    return dtypes.to_numpy(softmax_precision)
+
+
+def _modify(xp, mod, x, name):
+    """Run a modifier subgraph (one rank-4 input, one output of the same shape)."""
+    if mod is None:
+        return x
+    out = mod(x)
+    if len(out) != 1 or tuple(out[0].shape) != tuple(x.shape):
+        raise ValueError(f"{name} must give one output of shape {tuple(x.shape)}, got "
+                         f"{[tuple(o.shape) for o in out]}")
+    return xp.astype(xp.asarray(out[0]), xp.dtype_of(x))
+
+
+@op("FlexAttention", 1, domain="ai.onnx.preview")
+def flex_attention(xp, q, k, v, *, scale=None, score_mod=None, prob_mod=None,
+                   softmax_precision=None):
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"FlexAttention takes rank-4 Q, K, V (B, H, S, D); got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[1] % k.shape[1] or k.shape[1] != v.shape[1]:
+        raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of the key/value heads "
+                         f"({k.shape[1]}, {v.shape[1]})")
+    dt = xp.dtype_of(q)
+    compute = _flex_dtype(dt, softmax_precision)
+    if scale is None:
+        scale = 1 / np.sqrt(q.shape[3])
+    # As the reference: Q and K each scaled by sqrt(scale) (computed in f32) in the input type.
+    root = xp.asarray(np.sqrt(np.float32(scale)), dt)
+    scores = grouped_scores(xp, xp.astype(q * root, compute), xp.astype(k * root, compute))
+    scores = _modify(xp, score_mod, scores, "score_mod")
+    probs = _modify(xp, prob_mod, xp.softmax(scores, axis=-1), "prob_mod")
+    return xp.astype(grouped_values(xp, probs, xp.astype(v, compute)), xp.dtype_of(v))
