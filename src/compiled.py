@@ -110,10 +110,14 @@ class CompiledFunction:
         live = self._live_at(start)
         dynamic = {k: env[k] for k in live
                    if k in env and k not in params and not is_static(env[k])}
-        static = {k: env[k] for k in live
-                  if k in env and k not in self.model.constants and is_static(env[k])}
-        seg_params = {k: params[k] for k in live if k in params}
-        key = (start, _signature(dynamic), _static_key(static))
+        static = {k: env[k] for k in live if k in env and k not in self.model.constants
+                  and k not in params and is_static(env[k])}
+        seg_params = {k: params[k] for k in live if k in params and not is_static(params[k])}
+        # Params of a type the backend lacks (MLX: int4, float8 weights) stay on the host and
+        # fold into the trace like constants; keyed by identity, not by their bytes each call.
+        host_params = tuple(sorted((k, id(params[k])) for k in live
+                                   if k in params and is_static(params[k])))
+        key = (start, _signature(dynamic), _static_key(static), host_params)
         segment = self._cache.get(key)
         if segment is not None:
             self._hits += 1

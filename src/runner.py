@@ -4,15 +4,20 @@ A value is *static* when it is known on the host: a NumPy array, a Python scalar
 a list of static values, or None. An op whose inputs are all static runs on NumPy (constant folding
 as we go), which keeps Shape -> Gather -> Concat -> Reshape chains static inside a trace. An op input
 that the registry marks static is read to the host; inside a trace that is impossible and raises
-``NeedsHost``, which the compiled driver turns into a graph break."""
+``NeedsHost``, which the compiled driver turns into a graph break.
+
+A type the backend has no arrays of (MLX: float8, int4/int2, float4) stays on the host too: the
+backend leaves such values as NumPy (ml_dtypes) arrays, and a node that fails on the backend because
+it reads or makes one runs again on NumPy (a break inside a trace, like a static input)."""
 
 import collections
 import dataclasses
 
 import numpy as np
 
-from . import backends, dtypes
+from . import dtypes
 from .backends import NotConcrete
+from .backends.common import MissingDtype
 from .backends.numpy import XP as NP
 from .errors import OpError, TransmuterError
 from .graph import Graph
@@ -100,22 +105,45 @@ class Runner:
             kwargs["ctx"] = OpContext(node.name, len(node.outputs), self.opsets.get(opdef.domain, 1),
                                       rng=self.rng if opdef.random else None)
         try:
-            try:
-                result = opdef.fn(xp, *args, **kwargs)
-            except NeedsStatic as e:
-                if not e.inputs:
-                    raise NeedsHost(node) from None
-                for i in e.inputs:
-                    args[i] = self.to_host(args[i], node)
-                result = opdef.fn(xp, *args, **kwargs)
+            result = self._call(node, xp, args, kwargs)
         except (NeedsHost, TransmuterError):
             raise
         except Exception as e:
-            raise OpError(describe_failure(node, args, e)) from e
+            if xp is NP or not self._lacked(e, args):
+                raise OpError(describe_failure(node, args, e)) from e
+            # The backend has no arrays of a type this node reads or makes (MLX: float8, int4):
+            # it runs on the host, where ml_dtypes has them; inside a trace that is a break.
+            args = [self.to_host(a, node) for a in args]
+            try:
+                result = self._call(node, NP, args, kwargs)
+            except (NeedsHost, TransmuterError):
+                raise
+            except Exception as e:
+                raise OpError(describe_failure(node, args, e)) from e
         outputs = result if isinstance(result, tuple) else (result,)
         for name, value in zip(node.outputs, outputs):
             if name:
                 env[name] = value
+
+    def _call(self, node, xp, args, kwargs):
+        opdef = node.opdef
+        try:
+            return opdef.fn(xp, *args, **kwargs)
+        except NeedsStatic as e:
+            if not e.inputs:
+                raise NeedsHost(node) from None
+            for i in e.inputs:
+                args[i] = self.to_host(args[i], node)
+            return opdef.fn(xp, *args, **kwargs)
+
+    def _lacked(self, error, args):
+        """Whether a failure on the backend comes from a type it lacks: it said so, or an input
+        is a host array of such a type (which only the host can compute with)."""
+        if isinstance(error, MissingDtype):
+            return True
+        lacks = getattr(self.backend, "lacks", None)
+        return lacks is not None and any(
+            isinstance(a, np.ndarray) and lacks(a.dtype) for a in _flat(args))
 
     def _subgraph_fn(self, graph, outer_env):
         """A callable running ``graph`` with its inputs bound positionally over the outer scope."""
@@ -128,6 +156,14 @@ class Runner:
 
         call.graph = graph  # ops read the subgraph's declared inputs and outputs from here
         return call
+
+
+def _flat(values):
+    for v in values:
+        if isinstance(v, list):
+            yield from _flat(v)
+        else:
+            yield v
 
 
 def describe_failure(node, args, error):
@@ -149,5 +185,3 @@ def describe_failure(node, args, error):
     return (f"{node.label} (domain {node.domain or 'ai.onnx'}) failed: "
             f"{type(error).__name__}: {error}\n  inputs: {inputs}\n  attributes: {attrs}")
 
-
-_ = backends

@@ -1,6 +1,7 @@
 """The engine's contract: eager and compiled runs agree with onnxruntime, breaks compile per
 signature, static_inputs remove breaks, errors name what is wrong."""
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -214,3 +215,64 @@ def test_inputs_and_outputs_metadata():
     model = transmuter.load(proto)
     (inp,) = model.inputs
     assert inp.name == "input_ids" and inp.dtype == np.int64 and inp.shape == ("batch", "seq")
+
+
+def float8_roundtrip_model():
+    """x * 3 through float8 e4m3fn and back, plus y: a float8 Cast in the middle of the graph, and
+    the float8 value itself as an output."""
+    return make_model(
+        [helper.make_node("Mul", ["x", "three"], ["x3"]),
+         helper.make_node("Cast", ["x3"], ["q"], to=TensorProto.FLOAT8E4M3FN),
+         helper.make_node("Cast", ["q"], ["back"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["back", "y"], ["z"])],
+        [info("x", TensorProto.FLOAT, [2, 5]), info("y", TensorProto.FLOAT, [2, 5])],
+        [info("z", TensorProto.FLOAT, None), info("q", TensorProto.FLOAT8E4M3FN, None)],
+        {"three": np.array(3, np.float32)}, opset=19)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float8_cast_inside_a_compiled_graph(backend):
+    # MLX has no float8 arrays: the Casts run on the host (a break under compile); JAX has them.
+    proto = float8_roundtrip_model()
+    model = transmuter.load(proto, backend=backend)
+    rng = np.random.default_rng(0)
+    for _ in range(2):  # a second value of x: the segment after the break sees new host values
+        feed = {"x": rng.normal(size=(2, 5)).astype(np.float32) * 50,
+                "y": rng.normal(size=(2, 5)).astype(np.float32)}
+        ref = reference(proto, feed)
+        for out in (transmuter.run(model, feed), transmuter.compile(model, feed)(feed)):
+            q = np.asarray(out["q"])
+            assert q.dtype == ml_dtypes.float8_e4m3fn  # the declared type, as NumPy (ml_dtypes)
+            # float8 rounding is deterministic (round to nearest even, saturating): exact.
+            np.testing.assert_array_equal(q.view(np.uint8), ref["q"].view(np.uint8))
+            # z adds y (f32) to the same float8 values: f32 addition, exact as well.
+            np.testing.assert_array_equal(np.asarray(out["z"]), ref["z"])
+
+
+def int4_weights_model(w, scale):
+    """y = x @ DequantizeLinear(w int4, per-column scale): a QDQ int4 weight (opset 21)."""
+    return make_model(
+        [helper.make_node("DequantizeLinear", ["w", "scale"], ["wf"], axis=1),
+         helper.make_node("MatMul", ["x", "wf"], ["y"])],
+        [info("x", TensorProto.FLOAT, ["n", w.shape[0]])], [info("y", TensorProto.FLOAT, None)],
+        {"w": w, "scale": scale}, opset=21)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int4_weights_stay_compiled(backend):
+    rng = np.random.default_rng(1)
+    # Both above 64 values: params (the weight stays on the host on MLX, the scale is a device
+    # array), so DequantizeLinear mixes them inside the compiled segment.
+    w = rng.integers(-8, 8, size=(16, 72)).astype(ml_dtypes.int4)
+    scale = rng.uniform(0.01, 0.1, size=(72,)).astype(np.float32)
+    proto = int4_weights_model(w, scale)
+    model = transmuter.load(proto, backend=backend)
+    x = rng.normal(size=(3, 16)).astype(np.float32)
+    fn = transmuter.compile(model, {"x": x})
+    x2 = rng.normal(size=(3, 16)).astype(np.float32)
+    out = fn({"x": x2})
+    # One segment, compiled once: the host int4 weight folds into the trace, no break.
+    assert fn.cache_info().misses == 1 and fn.cache_info().hits == 1
+    # ORT sums the 16 products in another order: f32 rounding, values below ~5.
+    np.testing.assert_allclose(np.asarray(out["y"]), reference(proto, {"x": x2})["y"],
+                               rtol=0, atol=1e-5)

@@ -6,6 +6,11 @@ import numpy as np
 PRIMITIVES = frozenset({"conv", "conv_transpose", "reduce_window", "topk", "fft", "random"})
 
 
+class MissingDtype(TypeError):
+    """The backend has no arrays of a dtype (MLX: float8, int4/int2, float4). The runner then runs
+    the node on the host, where NumPy holds every ONNX type through ml_dtypes."""
+
+
 class Namespace:
     """Base of the array namespaces. Subclasses set ``module`` (np, jnp) or override names."""
 

@@ -2,7 +2,19 @@
 
 MLX's API is close to NumPy's; this module bridges the differences (dtypes are NumPy dtypes at the
 namespace boundary, ``dtype=`` arguments of reductions, names such as ``bitwise_not``) so that ops
-are written once. float64 exists only on the CPU stream in MLX."""
+are written once. float64 exists only on the CPU stream in MLX.
+
+Types MLX lacks (float8 e4m3fn/e4m3fnuz/e5m2/e5m2fnuz/e8m0, int4/uint4, int2/uint2, float4e2m1)
+live on the host: ``BACKEND.asarray`` leaves such a NumPy (ml_dtypes) array where it is, and a node
+that reads or makes one runs on NumPy (the runner retries it there when MLX raises
+``MissingDtype`` or fails on such an input), the way static values fold. Under ``compile`` that
+node is a graph break: the segment before it runs compiled, the node runs on the host, and what
+follows compiles again. This was chosen over emulating the types in uint8 storage with bit
+arithmetic: every op (Cast, QuantizeLinear, Reshape, Concat, ...) is then right by construction,
+with ml_dtypes' rounding, and outputs of those types come back as the NumPy arrays the graph
+declares. The cost is host work and a recompile for each new value of such a type computed from
+data; quantized weights are constants, so DequantizeLinear (quantize.py converts a host int4 or
+float8 weight to float32 on the host first), MatMulNBits and GatherBlockQuantized stay compiled."""
 
 import contextlib
 
@@ -33,7 +45,12 @@ def mx_dtype(dtype):
     try:
         return _NP_TO_MX[np.dtype(dtype)]
     except KeyError:
-        raise TypeError(f"MLX has no {np.dtype(dtype).name} arrays") from None
+        raise common.MissingDtype(f"MLX has no {np.dtype(dtype).name} arrays") from None
+
+
+def holds(dtype) -> bool:
+    """Whether MLX has arrays of ``dtype`` (not float8, int4/uint4, int2/uint2 nor float4)."""
+    return np.dtype(dtype) in _NP_TO_MX
 
 
 def to_mx(value, dtype=None):
@@ -316,7 +333,17 @@ class MlxBackend:
         return contextlib.nullcontext()
 
     def asarray(self, value):
+        """A device array; a NumPy array of a type MLX lacks stays on the host (see lacks)."""
+        if isinstance(value, np.ndarray) and self.lacks(value.dtype):
+            return value
         return to_mx(value)
+
+    def lacks(self, dtype) -> bool:
+        """True for the ONNX types MLX has no arrays of (float8, int4/uint4, int2/uint2, float4):
+        their values live on the host as NumPy (ml_dtypes) arrays, and nodes that read or make
+        them run there (runner.Runner.run_node)."""
+        dtype = np.dtype(dtype)
+        return dtype.kind not in "OUS" and not holds(dtype)
 
     def is_array(self, x):
         return isinstance(x, mx.array)

@@ -49,6 +49,14 @@ def along(xp, v, shape, axis, block_size=0):
     return v[tuple(index)]
 
 
+def as_f32(xp, v):
+    """``v`` in float32. A host value converts on the host: a device may have no arrays of its
+    type (MLX has no int4 or float8), and a quantized weight stays compiled this way."""
+    if isinstance(v, np.ndarray):
+        return xp.asarray(v.astype(_F32))
+    return xp.astype(v, _F32)
+
+
 def exact_divisor(xp, s, shape):
     """``s`` broadcast to ``shape`` before dividing by it: XLA rewrites a division by a broadcast
     value into a multiplication by its reciprocal, whose rounding can flip a round-half-even tie
@@ -88,10 +96,10 @@ def quantize(xp, x, scale, zero_point, *, axis=1, saturate=1, block_size=0, outp
 def dequantize(xp, x, scale, zero_point, *, axis=1, block_size=0, output_dtype=0):
     out = dtypes.to_numpy(output_dtype) if output_dtype else xp.dtype_of(scale)
     axis = axis + x.ndim if axis < 0 else axis
-    dx = xp.astype(x, _F32)
+    dx = as_f32(xp, x)
     src = xp.dtype_of(x)
     if zero_point is not None and is_int(src):  # float zero points must be zero: ignored
-        dx = dx - xp.astype(along(xp, zero_point, x.shape, axis, block_size), _F32)
+        dx = dx - along(xp, as_f32(xp, zero_point), x.shape, axis, block_size)
     return xp.astype(dx * along(xp, scale, x.shape, axis, block_size), out)
 
 
