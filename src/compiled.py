@@ -76,24 +76,36 @@ class CompiledFunction:
             env.update(params)
             env.update(self.static_inputs)
             env.update({k: self._runner.to_device(v) for k, v in inputs.items()})
+            data = {k for k in inputs if self._lacked(env[k])}
             if self._random:
                 env[RNG] = model.backend.random_key(next(_CALLS))
                 self._runner.rng = env[RNG]
             start = 0
             while start < len(nodes):
-                start = self._run_segment(start, env, params)
+                start = self._run_segment(start, env, params, data)
                 if start < len(nodes):  # a break: this node runs eagerly, on concrete values
-                    self._run_break(nodes[start], env)
+                    self._run_break(nodes[start], env, data)
                     start += 1
             return {name: env[name] for name in model.graph.output_names}
 
-    def _run_break(self, node, env):
+    def _run_break(self, node, env, data):
         opdef = node.opdef
         for i, name in enumerate(node.inputs):
             if name and (opdef.host or opdef.needs_static(i, len(node.inputs))):
                 env[name] = self._runner.to_host(env[name], node)
         self._runner.rng = env.get(RNG)  # the concrete key (a trace may have left a tracer)
+        reads_data = bool(data) and bool(data & node_reads(node))
         self._runner.run_node(node, env)
+        for name in node.outputs:
+            if name and self._lacked(env[name]):
+                data.add(name)
+            elif name and reads_data and isinstance(env[name], np.ndarray):
+                env[name] = self._runner.to_device(env[name])  # back to the device: an argument
+
+    def _lacked(self, value):
+        """A host array of a type the backend has no arrays of (MLX: float8, int4, ...)."""
+        lacks = getattr(self.model.backend, "lacks", None)
+        return lacks is not None and isinstance(value, np.ndarray) and lacks(value.dtype)
 
     def _live_at(self, index):
         """Names read by nodes[index:] or returned by the graph."""
@@ -105,19 +117,26 @@ class CompiledFunction:
             self._live[index] = live
         return self._live[index]
 
-    def _run_segment(self, start, env, params):
-        """Run the segment that starts at ``start`` (compiling it on a miss); return its stop."""
+    def _run_segment(self, start, env, params, data):
+        """Run the segment that starts at ``start`` (compiling it on a miss); return its stop.
+
+        ``data`` names host values of types the backend lacks computed from the inputs (float8
+        activations on MLX): a segment stops before a node that reads one (that node runs on the
+        host, and what it makes of a type the backend has goes back to the device), so they are
+        keyed by shape and never baked into a trace, and new values do not recompile."""
         live = self._live_at(start)
         dynamic = {k: env[k] for k in live
                    if k in env and k not in params and not is_static(env[k])}
+        host_data = {k: env[k] for k in live if k in data and k in env}
         static = {k: env[k] for k in live if k in env and k not in self.model.constants
-                  and k not in params and is_static(env[k])}
+                  and k not in params and k not in host_data and is_static(env[k])}
         seg_params = {k: params[k] for k in live if k in params and not is_static(params[k])}
         # Params of a type the backend lacks (MLX: int4, float8 weights) stay on the host and
         # fold into the trace like constants; keyed by identity, not by their bytes each call.
         host_params = tuple(sorted((k, id(params[k])) for k in live
                                    if k in params and is_static(params[k])))
-        key = (start, _signature(dynamic), _static_key(static), host_params)
+        key = (start, _signature(dynamic), _static_key(static), host_params,
+               _signature(host_data))
         segment = self._cache.get(key)
         if segment is not None:
             self._hits += 1
@@ -125,7 +144,9 @@ class CompiledFunction:
             outputs = None if segment.fn is None else segment.fn(seg_params, dynamic)
         else:
             self._misses += 1
-            segment, outputs = self._build(start, env, dynamic, seg_params)
+            stop = next((i for i in range(start, len(self.model.graph.nodes))
+                         if data & node_reads(self.model.graph.nodes[i])), None) if data else None
+            segment, outputs = self._build(start, env, dynamic, seg_params, stop)
             self._cache[key] = segment
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)

@@ -12,8 +12,9 @@ node is a graph break: the segment before it runs compiled, the node runs on the
 follows compiles again. This was chosen over emulating the types in uint8 storage with bit
 arithmetic: every op (Cast, QuantizeLinear, Reshape, Concat, ...) is then right by construction,
 with ml_dtypes' rounding, and outputs of those types come back as the NumPy arrays the graph
-declares. The cost is host work and a recompile for each new value of such a type computed from
-data; quantized weights are constants, so DequantizeLinear (quantize.py converts a host int4 or
+declares. The cost is host work (and a device round trip) at each node touching such a value
+computed from data; compiled.py keys those values by shape, so new values do not recompile.
+Quantized weights are host constants, so DequantizeLinear (quantize.py converts a host int4 or
 float8 weight to float32 on the host first), MatMulNBits and GatherBlockQuantized stay compiled."""
 
 import contextlib
@@ -45,7 +46,8 @@ def mx_dtype(dtype):
     try:
         return _NP_TO_MX[np.dtype(dtype)]
     except KeyError:
-        raise common.MissingDtype(f"MLX has no {np.dtype(dtype).name} arrays") from None
+        raise common.MissingDtype(f"MLX has no {np.dtype(dtype).name} arrays: values of this type "
+                                  "stay NumPy (ml_dtypes) arrays on the host") from None
 
 
 def holds(dtype) -> bool:
