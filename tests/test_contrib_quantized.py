@@ -12,11 +12,11 @@ from tests.contrib_graphs import BACKENDS, check, single_node
 RNG = np.random.default_rng(0)
 
 
-def nbits_inputs(k, n, bits, block, zp, g_idx=False, bias=False, dtype=np.float32, m=3):
+def nbits_inputs(k, n, bits, block, zp, g_idx=False, bias=False, dtype=np.float32, m=3, lead=2):
     n_blocks = (k + block - 1) // block
     blob = block * bits // 8
     inputs = {
-        "A": RNG.standard_normal((2, m, k)).astype(dtype),
+        "A": RNG.standard_normal((lead, m, k)).astype(dtype),
         "B": RNG.integers(0, 256, (n, n_blocks, blob), dtype=np.uint8),
         "scales": (RNG.random((n * n_blocks,)) * 0.1 + 0.01).astype(dtype),
     }
@@ -44,6 +44,17 @@ def test_matmul_nbits(backend, bits, block, zp, k):
     inputs = nbits_inputs(k, 24, bits, block, zp, bias=True)
     model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=k, N=24, bits=bits,
                         block_size=block)
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("lead,m", [(1, 1), (1, 8), (3, 5)])
+def test_matmul_nbits_rows(backend, lead, m):
+    # One row (XLA's fused vector-matrix dot), up to ROWWISE_MAX_M rows (one product per row),
+    # more rows (one matrix product): the same math in three layouts.
+    inputs = nbits_inputs(64, 24, 4, 32, "packed", bias=True, m=m, lead=lead)
+    model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=64, N=24, bits=4,
+                        block_size=32)
     check(model, inputs, backend, atol=2e-5, rtol=1e-5)
 
 
