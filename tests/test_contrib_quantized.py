@@ -58,6 +58,24 @@ def test_matmul_nbits_rows(backend, lead, m):
     check(model, inputs, backend, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("bits,block,zp,native", [
+    (4, 32, "packed", True), (8, 64, None, True), (2, 128, "float", True),
+    (4, 16, None, False), (4, 256, None, False)])
+def test_matmul_nbits_mlx_native_kernel(bits, block, zp, native, monkeypatch):
+    # On MLX the layouts mx.quantized_matmul takes (bits 2/4/8, groups 32/64/128, whole blocks)
+    # go through it, the others through the generic dequantization; both match onnxruntime.
+    import mlx.core as mx
+
+    calls, kernel = [], mx.quantized_matmul
+    monkeypatch.setattr(mx, "quantized_matmul", lambda *a, **k: calls.append(k) or kernel(*a, **k))
+    k = 256
+    inputs = nbits_inputs(k, 16, bits, block, zp)
+    model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=k, N=16, bits=bits,
+                        block_size=block)
+    check(model, inputs, "mlx", atol=2e-5, rtol=1e-5)
+    assert bool(calls) == native
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_matmul_nbits_g_idx(backend):
     inputs = nbits_inputs(64, 16, 4, 32, "packed", g_idx=True)

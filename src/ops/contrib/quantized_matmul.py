@@ -91,12 +91,38 @@ def nbits_product(xp, a, w):
     return xp.reshape(y, lead + (w.shape[0],))
 
 
+# The layouts a namespace's packed kernel takes (MLX's affine quantized_matmul): MLX packs
+# elements lowest bits first into little-endian uint32 words, which is ORT's byte order read four
+# bytes at a time, so B needs no repacking, only a view.
+NATIVE_BITS = (2, 4, 8)
+NATIVE_GROUPS = (32, 64, 128)
+
+
+def native_nbits(xp, a, b, scales, zero_points, g_idx, *, k, n, bits, block_size):
+    """A @ W^T through the namespace's packed kernel, or None where there is none (JAX, NumPy)
+    or the layout does not fit it (g_idx, a partial last block, other bits or block sizes).
+    MLX dequantizes as scale * q + bias, so bias = -scale * zero_point (ORT's (q - zp) * scale;
+    the two differ by one f32 rounding of scale * zp)."""
+    kernel = getattr(xp, "quantized_matmul", None)
+    if (kernel is None or g_idx is not None or bits not in NATIVE_BITS
+            or block_size not in NATIVE_GROUPS or k % block_size):
+        return None
+    n_blocks = k // block_size
+    words = xp.reshape(xp.bitcast(xp.reshape(b, (n, -1, 4)), np.uint32), (n, -1))
+    scales, zp = _block_params(xp, scales, zero_points, n, n_blocks, bits)
+    return kernel(f32(xp, a), words, scales, -scales * zp, transpose=True, group_size=block_size,
+                  bits=bits)
+
+
 @op("MatMulNBits", 1, domain=MS)
 def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4,
                  block_size, accuracy_level=0):
-    w = dequantize_nbits(xp, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
-                         block_size=block_size)
-    y = nbits_product(xp, f32(xp, a), w)
+    y = native_nbits(xp, a, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
+                     block_size=block_size)
+    if y is None:
+        w = dequantize_nbits(xp, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
+                             block_size=block_size)
+        y = nbits_product(xp, f32(xp, a), w)
     if bias is not None:
         y = y + f32(xp, bias)
     return xp.astype(y, xp.dtype_of(a))
