@@ -173,7 +173,11 @@ def prelu(xp, x, slope):
 
 @op("Elu", 1)
 def elu(xp, x, *, alpha=1.0):
-    return xp.where(x >= 0, x, xp.asarray(alpha, xp.dtype_of(x)) * (xp.exp(x) - 1))
+    # exp(x) - 1 in f32 for half inputs, rounded once: in half, exp(x) near 1 keeps too few bits
+    # for the subtraction (Celu's function body goes through Elu).
+    xf = xp.astype(x, np.float32) if xp.is_half(x) else x
+    y = xp.asarray(alpha, xp.dtype_of(xf)) * (xp.exp(xf) - 1)
+    return xp.where(x >= 0, x, xp.astype(y, xp.dtype_of(x)))
 
 
 @op("Celu", 12)
