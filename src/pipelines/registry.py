@@ -18,6 +18,7 @@ TASKS = {
     "zero-shot-classification": ("text.zero_shot", "ZeroShotClassificationPipeline"),
     "text-ranking": ("text.ranking", "TextRankingPipeline"),
     "text-generation": ("text.text_generation", "TextGenerationPipeline"),
+    "zero-shot-entity-recognition": ("text.zero_shot_entity", "ZeroShotEntityRecognitionPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -28,7 +29,7 @@ ALIASES = {
     "reranking": "text-ranking",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
-PLANNED = {"zero-shot-entity-recognition", "text2text-generation",
+PLANNED = {"text2text-generation",
            "summarization", "translation", "image-classification", "object-detection",
            "image-segmentation", "depth-estimation", "automatic-speech-recognition",
            "audio-classification", "zero-shot-image-classification", "image-to-text",
