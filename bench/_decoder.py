@@ -1,0 +1,95 @@
+"""The benchmark decoder shared by bench/quantized.py and bench/generation.py: a random
+LlamaConfig (12 layers, hidden 512, 8 heads / 4 KV heads, MLP 1408, vocab 16384) built by
+onnxruntime-genai's model builder (fp32 and int4, CPU) in the genai environment
+($TRANSMUTER_GENAI_PYTHON, default /work/venvs/genai/bin/python: transformers 5, torch CPU, no
+network), into $TRANSMUTER_BENCH_CACHE (default ~/.cache/transmuter-bench), once. The PyTorch
+model the files were built from stays beside them (hf/), for the transformers peer."""
+
+import json
+import os
+import pathlib
+import subprocess
+import textwrap
+
+import numpy as np
+import onnxruntime as ort
+
+CONFIG = dict(hidden_size=512, num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+              intermediate_size=1408, vocab_size=16384, max_position_embeddings=2048,
+              rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+GENAI_PYTHON = os.environ.get("TRANSMUTER_GENAI_PYTHON", "/work/venvs/genai/bin/python")
+
+BUILD = textwrap.dedent("""
+    import json, shutil, subprocess, sys, pathlib
+    import torch, transformers
+    out, layers, fixture = pathlib.Path(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3])
+    hf = out / "hf"
+    cfg = transformers.LlamaConfig(num_hidden_layers=layers, **json.loads(sys.argv[4]))
+    cfg.architectures = ["LlamaForCausalLM"]
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(hf)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(fixture / name, hf / name)  # the builder copies a tokenizer along
+    for precision in ("fp32", "int4"):
+        subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
+                        "-o", str(out / precision), "-p", precision, "-e", "cpu",
+                        "-c", str(out / "cache")], check=True, stdout=subprocess.DEVNULL)
+""")
+
+
+def build(folder, layers):
+    fixture = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "llama-gqa"
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"building the model into {folder} (once) ...", flush=True)
+    subprocess.run([GENAI_PYTHON, "-c", BUILD, str(folder), str(layers), str(fixture),
+                    json.dumps(CONFIG)], check=True)
+
+
+def model_folder(layers):
+    """The folder holding hf/, fp32/model.onnx and int4/model.onnx (built on first use)."""
+    cache = pathlib.Path(os.environ.get("TRANSMUTER_BENCH_CACHE",
+                                        pathlib.Path.home() / ".cache" / "transmuter-bench"))
+    folder = cache / f"llama-gqa-{layers}x{CONFIG['hidden_size']}"
+    if not (folder / "int4" / "model.onnx").exists():
+        build(folder, layers)
+    return folder
+
+
+def model_path(layers):
+    folder = model_folder(layers)
+    return {p: folder / p / "model.onnx" for p in ("fp32", "int4")}
+
+
+def kv_names(layers):
+    return [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+
+
+def ort_step(path):
+    """``step(feeds) -> (logits, presents as past_key_values.* feeds)`` on onnxruntime,
+    ORT_ENABLE_ALL, as many intra-op threads as cores."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = os.cpu_count()
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+
+    def step(feeds):
+        out = dict(zip(names, session.run(None, feeds)))
+        return out["logits"], {k.replace("present.", "past_key_values."): v
+                               for k, v in out.items() if k.startswith("present.")}
+
+    return step
+
+
+def file_mb(path):
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 1e6
+
+
+def weight_bytes(model):
+    """Bytes of the model's weights as they sit in memory: device params plus host constants
+    (packed int4 weights count at their packed size)."""
+    return sum(int(np.prod(v.shape)) * np.dtype(str(v.dtype).split(".")[-1]).itemsize
+               for v in model.params.values()) + sum(
+        np.asarray(v).nbytes for v in model.constants.values() if hasattr(v, "nbytes"))

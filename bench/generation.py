@@ -1,0 +1,142 @@
+"""Text-generation tokens/s: Transmuter's Generator vs an onnxruntime KV loop on the same file vs
+transformers' generate on PyTorch, on the 12-layer hidden-512 GQA decoder of bench/_decoder.py.
+
+    python bench/generation.py [--prompt 64] [--new 128] [--batch 1,8] [--precision fp32,int4]
+                               [--backend jax|mlx] [--layers 12] [--no-torch]
+
+Each run: a prompt of --prompt random tokens per row (all rows the same length), then --new
+greedy tokens (no eos stop: every row makes all of them). tokens/s = rows * new tokens / seconds
+for the whole generate call, prompt included; each peer runs once untimed first (compiles, warms
+caches) and then once timed.
+
+- Transmuter: ``Generator(model, config).generate(prompts, GenerationConfig(...))`` (the
+  text-generation pipeline's loop: GroupQueryAttention cache buffer, host-side token choice).
+- onnxruntime: the same .onnx file, ORT_ENABLE_ALL, as many threads as cores, a plain greedy loop on
+  a fixed KV buffer (the loop of bench/quantized.py, batched). The int4 file is run as built
+  (MatMulNBits accuracy_level 4: onnxruntime quantizes activations to int8; Transmuter reads it as
+  0), so int4 tokens may differ from ORT's; fp32 tokens must match.
+- transformers: the PyTorch model the files were built from, ``generate(do_sample=False,
+  min_new_tokens=new)``, torch threads = cores, in the genai environment (transformers 5) as a
+  subprocess whose numbers are read back. PyTorch has no MatMulNBits kernel: its fp32 figure is
+  the reference for the int4 rows too (marked).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+
+import transmuter
+from _decoder import CONFIG, GENAI_PYTHON, kv_names, model_folder, ort_step
+from transmuter.generation.config import GenerationConfig
+from transmuter.generation.loop import Generator
+
+TORCH = textwrap.dedent("""
+    import json, os, sys, time
+    import torch, transformers
+    hf, new, prompts = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    torch.set_num_threads(os.cpu_count())
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+    out = {}
+    for batch, rows in prompts.items():
+        ids = torch.tensor(rows)
+        kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0,
+                  attention_mask=torch.ones_like(ids))
+        with torch.inference_mode():
+            model.generate(ids, **kw)  # warm-up
+            start = time.perf_counter()
+            seq = model.generate(ids, **kw)
+            seconds = time.perf_counter() - start
+        out[batch] = {"seconds": seconds, "tokens": seq[:, ids.shape[1]:].tolist()}
+    print(json.dumps(out))
+""")
+
+
+def ort_generate(step, prompts, new, names):
+    """Greedy on onnxruntime: prompt step, then new - 1 one-token steps on a fixed buffer."""
+    rows, n = prompts.shape
+    total = n + new
+    shape = (rows, CONFIG["num_key_value_heads"], 0, CONFIG["head_dim"])
+    feeds = {"input_ids": prompts, "attention_mask": np.ones((rows, n), np.int64)}
+    feeds.update({k: np.zeros(shape, np.float32) for k in names})
+    logits, presents = step(feeds)
+    tokens = [np.argmax(logits[:, -1], axis=-1)]
+    pad = [(0, 0), (0, 0), (0, total - n), (0, 0)]
+    cache = {k: np.pad(v, pad) for k, v in presents.items()}
+    for length in range(n + 1, total):
+        mask = np.broadcast_to((np.arange(total) < length).astype(np.int64), (rows, total))
+        feeds = {"input_ids": tokens[-1][:, None].astype(np.int64), "attention_mask": mask,
+                 **cache}
+        logits, cache = step(feeds)
+        tokens.append(np.argmax(logits[:, -1], axis=-1))
+    return np.stack(tokens, axis=1)
+
+
+def timed(fn):
+    fn()  # compiles / warms up
+    start = time.perf_counter()
+    out = fn()
+    return np.asarray(out), time.perf_counter() - start
+
+
+def torch_peer(hf, new, prompts):
+    arg = json.dumps({str(b): p.tolist() for b, p in prompts.items()})
+    run = subprocess.run([GENAI_PYTHON, "-c", TORCH, str(hf), str(new), arg], check=True,
+                         capture_output=True, text=True)
+    return {int(b): v for b, v in json.loads(run.stdout.strip().splitlines()[-1]).items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="jax")
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--new", type=int, default=128)
+    parser.add_argument("--batch", default="1,8")
+    parser.add_argument("--precision", default="fp32,int4")
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--no-torch", action="store_true")
+    args = parser.parse_args()
+    folder = model_folder(args.layers)
+    batches = [int(b) for b in args.batch.split(",")]
+    rng = np.random.default_rng(0)
+    prompts = {b: rng.integers(3, CONFIG["vocab_size"], (b, args.prompt)).astype(np.int64)
+               for b in batches}
+    names = kv_names(args.layers)
+    config = GenerationConfig(max_new_tokens=args.new, eos_token_id=[], pad_token_id=0)
+    print(f"decoder: {args.layers} layers, hidden {CONFIG['hidden_size']}, vocab "
+          f"{CONFIG['vocab_size']}; prompt {args.prompt} + {args.new} new tokens, greedy; "
+          f"{os.cpu_count()} cores; backend {args.backend}", flush=True)
+    theirs = {} if args.no_torch else torch_peer(folder / "hf", args.new, prompts)
+    model_config = json.loads((folder / "hf" / "config.json").read_text())
+    print(f"{'':5} {'batch':>5} {'transmuter tok/s':>16} {'ort tok/s':>10} {'torch tok/s':>12} "
+          f"{'vs ort':>7} {'vs torch':>8} {'same as ort':>11}")
+    for precision in args.precision.split(","):
+        path = folder / precision / "model.onnx"
+        model = transmuter.load(path, backend=args.backend)
+        gen = Generator(model, model_config)
+        step = ort_step(path)
+        for b in batches:
+            rows = prompts[b]
+            ours, our_s = timed(lambda: gen.generate(rows.tolist(), config))
+            ref, ort_s = timed(lambda: ort_generate(step, rows, args.new, names))
+            tokens = b * args.new
+            ours_tps, ort_tps = tokens / our_s, tokens / ort_s
+            same = f"{int((ours == ref).sum())}/{ref.size}"
+            torch_col, vs_torch = "", ""
+            if b in theirs:
+                torch_tps = tokens / theirs[b]["seconds"]
+                mark = "*" if precision != "fp32" else " "
+                torch_col, vs_torch = f"{torch_tps:>11.1f}{mark}", f"{ours_tps / torch_tps:>7.2f}x"
+            print(f"{precision:5} {b:>5} {ours_tps:>16.1f} {ort_tps:>10.1f} {torch_col:>12} "
+                  f"{ours_tps / ort_tps:>6.2f}x {vs_torch:>8} {same:>11}", flush=True)
+    if theirs:
+        print("* PyTorch runs the fp32 model (it has no MatMulNBits kernel)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
