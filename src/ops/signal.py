@@ -19,17 +19,39 @@ def _dft(xp, x, length, axis, inverse, onesided):
     axis = axis % x.ndim
     if axis == x.ndim - 1:
         raise ValueError("the DFT axis cannot be the last one (it holds real and imaginary parts)")
-    signal = x[..., 0] + x[..., 1] * 1j if x.shape[-1] == 2 else x[..., 0]
+    real_signal = x.shape[-1] == 1
+    signal = x[..., 0] if real_signal else x[..., 0] + x[..., 1] * 1j
     if length is None:
         length = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
     if inverse and onesided:  # one-sided spectrum in, real signal out
         return xp.astype(xp.fft(signal, n=length, axis=axis, kind="irfft")[..., None], dtype)
+    if real_signal and not inverse:
+        # A real signal takes the real-input FFT: half the work, and the bins the maths makes
+        # real (DC, Nyquist) come out exactly real, where a complex FFT leaves rounding noise
+        # there (~1e-6 on sums near 450, against the conformance cases' atol 1e-7).
+        y = xp.fft(signal, n=length, axis=axis, kind="rfft")
+        re, im = xp.real(y), xp.imag(y)
+        if not onesided:
+            re, im = _hermitian(xp, re, im, length, axis)
+        return xp.astype(xp.stack([re, im], axis=-1), dtype)
     y = xp.fft(signal, n=length, axis=axis, kind="ifft" if inverse else "fft")
     if onesided:
         index = [slice(None)] * y.ndim
         index[axis] = slice(0, length // 2 + 1)
         y = y[tuple(index)]
     return xp.astype(xp.stack([xp.real(y), xp.imag(y)], axis=-1), dtype)
+
+
+def _hermitian(xp, re, im, length, axis):
+    """The full spectrum of a real signal from its one-sided half: X[k] = conj(X[n - k])."""
+    k = np.arange(length)
+    mirrored = k > length // 2
+    source = np.where(mirrored, length - k, k).astype(np.int64)
+    sign = np.where(mirrored, -1, 1).astype(np.dtype(xp.dtype_of(im)))
+    shape = [1] * im.ndim
+    shape[axis] = length
+    return (xp.take(re, xp.asarray(source), axis=axis),
+            xp.take(im, xp.asarray(source), axis=axis) * xp.asarray(sign.reshape(shape)))
 
 
 @op("DFT", 17, static=(1,))
