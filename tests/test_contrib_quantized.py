@@ -7,7 +7,7 @@ difference from ORT is the f32 summation order of a K-long dot product: K <= 256
 import numpy as np
 import pytest
 
-from tests.contrib_graphs import BACKENDS, check, single_node
+from tests.contrib_graphs import BACKENDS, check, run_ours, single_node
 
 RNG = np.random.default_rng(0)
 
@@ -108,15 +108,27 @@ def test_gather_block_quantized(backend, zp):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("quant_type", [0, 1])
-def test_matmul_bnb4(backend, quant_type):
-    k, n, block = 64, 16, 32
-    inputs = {"A": RNG.standard_normal((3, k)).astype(np.float32),
-              "B": RNG.integers(0, 256, (n * k // 2,), dtype=np.uint8),
-              "absmax": (RNG.random((n * k // block,)) + 0.5).astype(np.float32)}
+@pytest.mark.parametrize("quant_type,k,n,block,a_shape,attrs", [
+    (0, 64, 16, 32, (3, 64), {}), (1, 64, 16, 32, (3, 64), {}),
+    (1, 96, 24, 64, (2, 3, 96), {}),  # batched A; 96 * 24 / 64 blocks
+    (1, 40, 10, 16, (1, 40), {"training_mode": 1})])  # K * N not a whole number of blocks
+def test_matmul_bnb4(backend, quant_type, k, n, block, a_shape, attrs):
+    inputs = {"A": RNG.standard_normal(a_shape).astype(np.float32),
+              "B": RNG.integers(0, 256, ((n * k + 1) // 2,), dtype=np.uint8),
+              "absmax": (RNG.random(((n * k + block - 1) // block,)) + 0.5).astype(np.float32)}
     model = single_node("MatMulBnb4", inputs, {"Y": np.float32}, K=k, N=n, block_size=block,
-                        quant_type=quant_type)
+                        quant_type=quant_type, **attrs)
+    # Table values times absmax are exact in f32; the rest is K-long f32 sums, |terms| <= 1.5.
     check(model, inputs, backend, atol=5e-5, rtol=1e-5)
+
+
+def test_matmul_bnb4_trans_b_zero_is_an_error():
+    inputs = {"A": np.ones((2, 16), np.float32), "B": np.zeros((512,), np.uint8),
+              "absmax": np.ones((32,), np.float32)}
+    model = single_node("MatMulBnb4", inputs, {"Y": np.float32}, K=64, N=16, block_size=32,
+                        quant_type=1, transB=0)
+    with pytest.raises(Exception, match="transB=0"):
+        run_ours(model, inputs, "jax")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

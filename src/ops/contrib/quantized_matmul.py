@@ -182,9 +182,17 @@ _FP4 = np.array([0.0, 0.0052083333, 0.6666667, 1.0, 0.33333334, 0.5, 0.16666667,
 
 
 @op("MatMulBnb4", 1, domain=MS)
-def matmul_bnb4(xp, a, b, absmax, *, K, N, block_size, quant_type):
+def matmul_bnb4(xp, a, b, absmax, *, K, N, block_size, quant_type, training_mode=0, transB=1):
     """bitsandbytes 4-bit: W (N, K) flattened, two codes per byte (high nibble first), each code
-    a table entry (FP4 or NF4) times its block's absmax."""
+    a table entry (FP4 or NF4) times its block's absmax. ``training_mode`` changes nothing in
+    inference (ORT's CPU kernel ignores it)."""
+    if quant_type not in (0, 1):
+        raise ValueError(f"MatMulBnb4 quant_type={quant_type}: 0 (FP4) or 1 (NF4)")
+    if not transB:
+        # ORT's CPU kernel swaps only the GEMM sizes and reads rows of K values from an N*K
+        # buffer K times (past its end: zeros or garbage); its CUDA kernel rejects it.
+        raise NotImplementedError("MatMulBnb4 with transB=0: ONNX Runtime has no defined result "
+                                  "for it; export the weight as (N, K) with transB=1")
     table = xp.asarray(_NF4 if quant_type == 1 else _FP4)
     flat = xp.reshape(b, (-1,))
     codes = xp.reshape(xp.stack([flat >> np.uint8(4), flat & np.uint8(15)], axis=-1), (-1,))
@@ -194,7 +202,7 @@ def matmul_bnb4(xp, a, b, absmax, *, K, N, block_size, quant_type):
         n_blocks * block_size > vals.shape[0]) else vals[:n_blocks * block_size]
     w = xp.reshape(xp.reshape(vals, (n_blocks, block_size)) * xp.reshape(
         f32(xp, absmax), (n_blocks, 1)), (-1,))[:N * K]
-    y = xp.matmul(f32(xp, a), xp.transpose(xp.reshape(w, (N, K))))
+    y = nbits_product(xp, f32(xp, a), xp.reshape(w, (N, K)))
     return xp.astype(y, xp.dtype_of(a))
 
 
