@@ -35,7 +35,7 @@ def pipes():
             folder = ROOT / fixture
             # one padded length and batches of two: every call below shares a few shapes, so
             # the graph compiles a few times only (each batch shape breaks into ~8 segments)
-            made[fixture] = transmuter.pipeline(TASK, folder, batch_size=2, sequence_length=64)
+            made[fixture] = transmuter.pipeline(TASK, folder, batch_size=2, sequence_length=96)
         return made[fixture]
 
     return get
@@ -84,6 +84,20 @@ def test_batched_equals_one_by_one(pipes, fixture):
             assert_entities(g, w, BATCH_TOL, f"{fixture} input {i}")
     assert any(one), "no entity to compare"
     assert pipe([], labels=["person"]) == []
+
+
+def test_exact_sizes(pipes):
+    """A padded length shorter than the word bucket leaves no room for the balancing row: the
+    batch then runs at the graph's own sizes, with the same result."""
+    pipe = transmuter.pipeline(TASK, pipes("gliner-span").model, config=ROOT / "gliner-span",
+                               sequence_length=16)
+    call = reference("gliner-span")["calls"][7]
+    text, want = call["inputs"][1], call["outputs"][1]
+    chunks = list(pipe.preprocess(text, labels=call["call_kwargs"]["labels"]))
+    feed = pipe._feed_gliner(chunks)
+    assert feed["text_lengths"].tolist() == [[chunks[0]["num_words"]]]  # no balancing row
+    assert want
+    assert_entities(pipe(text, **call["call_kwargs"]), want, TOL, "gliner-span unbalanced")
 
 
 def test_bad_inputs(pipes):

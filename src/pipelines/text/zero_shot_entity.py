@@ -150,30 +150,31 @@ class ZeroShotEntityRecognitionPipeline(Pipeline):
                 else slice(0, n)
             feed["words_mask"][i, where] = c["words_mask"]
         feed["text_lengths"] = np.array([[c["num_words"]] for c in chunks], np.int64)
-        words = _pow2(max(c["num_words"] for c in chunks), self.max_words, least=32)
+        longest_text = max(c["num_words"] for c in chunks)
+        words = _pow2(longest_text, self.max_words, least=32)
+        classes = _pow2(max(len(c["names"]) for c in chunks), length, least=4)
+        ent = self.tokenizer.token_to_id(self.ent_token)
+        balance = ent is not None and words <= length and classes <= length
+        words = words if balance else longest_text  # unbalanced: the graph's own sizes
         if self.span_model:
             feed["span_idx"], feed["span_mask"] = _spans(chunks, words, self.max_width)
         spare = rows - len(chunks)
         feed = {k: np.concatenate([v, np.repeat(v[:1], spare, 0)]) if spare else v
                 for k, v in feed.items()}
-        feed = self._balance(feed, words, max(len(c["names"]) for c in chunks))
+        if balance:
+            feed = self._balance(feed, words, classes, ent)
         return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()
                 if k in self._inputs}
 
-    def _balance(self, feed, words, labels):
-        """Append the balancing row (see ``_feed_gliner``); without an <<ENT>> token id, or when
-        the row cannot hold the words it needs, the feed stays as it is (exact sizes)."""
-        ent = self.tokenizer.token_to_id(self.ent_token)
-        length = feed["input_ids"].shape[1]
-        classes = _pow2(labels, length, least=4)
-        marked = int((feed["words_mask"] > 0).sum())
-        extra = -marked % words  # marked words of the balancing row
-        if ent is None or extra > length or classes > length:
-            return feed
+    def _balance(self, feed, words, classes, ent):
+        """Append the balancing row (see ``_feed_gliner``): ``classes`` <<ENT>> tokens, a text
+        of ``words`` words, and marked words that round the batch's count up to a multiple of
+        ``words`` (fewer than ``words``, so they fit the row)."""
         row = {k: np.zeros_like(v[:1]) for k, v in feed.items()}
         row["input_ids"][:] = self.tokenizer.pad_token_id or 0
         row["input_ids"][0, :classes] = ent
         row["attention_mask"][:] = 1
+        extra = -int((feed["words_mask"] > 0).sum()) % words
         row["words_mask"][0, :extra] = np.arange(1, extra + 1)
         row["text_lengths"][:] = words
         return {k: np.concatenate([v, row[k]]) for k, v in feed.items()}
