@@ -39,6 +39,9 @@ class Pipeline:
     ``postprocess`` (and ``_forward`` when the model's outputs need more than slicing rows)."""
 
     task = None
+    # Encoder chunks are read ahead (this many batches) and sorted by length before batching:
+    # padding then costs little; results still come in input order, each after its window ran.
+    lookahead_batches = 16
 
     def __init__(self, model, tokenizer, config=None, *, repo=None, batch_size=8,
                  sequence_length=None, progress=False, **defaults):
@@ -96,20 +99,27 @@ class Pipeline:
         return "a string"
 
     def _iterate(self, inputs, params, batch_size, progress):
-        """Results in input order; preprocess fills batches of ``batch_size`` chunks, and each
-        input's result comes once its chunks have run."""
+        """Results in input order. Preprocess reads ahead ``lookahead_batches`` batches of chunks;
+        those are run longest first, so each batch pads to lengths close to its own (as
+        sentence-transformers' ``encode`` sorts its input), then each input's result is yielded."""
         pre, fwd, post = params
-        items = iter(inputs)
+        results = self._results(iter(inputs), pre, fwd, post, batch_size)
         if progress:
             from tqdm.auto import tqdm
             total = len(inputs) if hasattr(inputs, "__len__") else None
-            items = iter(tqdm(items, total=total, desc=self.task, unit="input"))
+            results = iter(tqdm(results, total=total, desc=self.task, unit="input"))
+        return results
+
+    def _results(self, items, pre, fwd, post, batch_size):
+        window = batch_size
         pending, queued = [], 0
         for item in items:
             chunks = list(self.preprocess(item, **pre))
+            if not pending and chunks and _sortable(chunks[0]):
+                window = batch_size * self.lookahead_batches
             pending.append(chunks)
             queued += len(chunks)
-            if queued >= batch_size:
+            if queued >= window:
                 yield from self._flush(pending, fwd, post, batch_size)
                 pending, queued = [], 0
         if pending:
@@ -118,9 +128,14 @@ class Pipeline:
     def _flush(self, pending, fwd, post, batch_size):
         flat = list(itertools.chain.from_iterable(pending))
         self._rows_cap = batch_size  # rows of a batch are padded to a power of two, up to this
-        outputs = []
+        order = list(range(len(flat)))
+        if all(_sortable(c) for c in flat):  # longest first; stable, so ties keep input order
+            order.sort(key=lambda i: -len(flat[i]["encoding"].ids))
+        outputs = [None] * len(flat)
         for start in range(0, len(flat), batch_size):
-            outputs += self._forward(flat[start:start + batch_size], **fwd)
+            rows = order[start:start + batch_size]
+            for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
+                outputs[i] = out
         at = 0
         for chunks in pending:
             yield self.postprocess(outputs[at:at + len(chunks)], **post)
@@ -190,6 +205,12 @@ def _buckets(sequence_length, max_length):
         raise PipelineError(f"sequence_length must be a positive int or a list of them, got "
                             f"{sequence_length!r}")
     return tuple(sorted({min(b, max_length) for b in given}))
+
+
+def _sortable(chunk):
+    """Encoder chunks (a tokenized ``encoding``) are rows that do not depend on each other, so
+    they may be batched in any order; generation chunks are not (a seeded sampler draws per row)."""
+    return "encoding" in chunk
 
 
 def check_text(text, what="input"):
