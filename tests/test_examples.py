@@ -1,0 +1,94 @@
+"""examples/embed_folder.py and examples/semantic_search.py run on the tiny sentence-transformers
+fixture, and their numbers are sentence-transformers' (the fixture's recorded encode() outputs)."""
+
+import importlib.util
+import json
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import transmuter
+
+from .fixtures import ROOT
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+MODEL = ROOT / "bert-sentence-transformers"
+# f32 under XLA vs PyTorch's kernels on a tiny random BERT: ~1e-6 apart; 1e-4 is the design's bound.
+TOL = 1e-4
+
+
+def example(name):
+    """Import examples/<name>.py (they import their helper local_model.py as a sibling)."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(EXAMPLES))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_model():
+    """Every example's pipeline over one loaded fixture model, so its shapes compile once (the
+    examples load the folder they are given; that path is test_pipelines_text's)."""
+    model, real = transmuter.load(MODEL), transmuter.pipeline
+
+    def pipeline(task, source, **options):
+        assert pathlib.Path(source) == MODEL
+        return real(task, model, config=MODEL, tokenizer=MODEL, **options)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transmuter, "pipeline", pipeline)
+        yield
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The three texts and their sentence-transformers embeddings (mean pooling, normalized)."""
+    call = json.loads((MODEL / "references" / "pipeline_text-embedding.json").read_text())["calls"][0]
+    assert call["call_kwargs"] == {}
+    return call["inputs"], np.array(call["outputs"], np.float32)
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory, reference):
+    texts, _ = reference
+    folder = tmp_path_factory.mktemp("docs")
+    for i, text in enumerate(texts):
+        (folder / "sub" if i == 2 else folder).mkdir(exist_ok=True)
+        (folder / ("sub" if i == 2 else "") / f"doc{i}.txt").write_text(text, encoding="utf-8")
+    (folder / "empty.txt").write_text("  \n", encoding="utf-8")
+    return folder
+
+
+def test_embed_folder_writes_sentence_transformers_vectors(docs, reference, tmp_path, capsys):
+    _, want = reference
+    example("embed_folder").main([str(docs), "--out", str(tmp_path), "--model", str(MODEL),
+                                  "--batch-size", "2", "--quiet"])
+    assert "skipped empty file" in capsys.readouterr().out
+    rows = [json.loads(line) for line in (tmp_path / "index.jsonl").read_text().splitlines()]
+    assert [r["file"] for r in rows] == ["doc0.txt", "doc1.txt", "sub/doc2.txt"]
+    assert [r["row"] for r in rows] == [0, 1, 2]
+    np.testing.assert_allclose(np.load(tmp_path / "embeddings.npy"), want, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("source", ["texts", "folder", "index"])
+def test_semantic_search_scores_are_sentence_transformers_cosines(source, docs, reference,
+                                                                  tmp_path, capsys):
+    texts, want = reference
+    args = {"texts": ["--texts", *texts], "folder": ["--folder", str(docs)],
+            "index": ["--index", str(tmp_path), "--root", str(docs)]}[source]
+    if source == "index":
+        example("embed_folder").embed_folder(docs, tmp_path, str(MODEL), 2, progress=False)
+    example("semantic_search").main([texts[1], *args, "--model", str(MODEL), "--json",
+                                     "--top-k", "3"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    scores = want @ want[1]
+    order = np.argsort(-scores)
+    assert np.diff(scores[order]).max() < -10 * TOL  # distinct enough for the order to be fixed
+    assert [h["text"] for h in result["hits"]] == [texts[i] for i in order]
+    np.testing.assert_allclose([h["score"] for h in result["hits"]], scores[order], atol=TOL)
