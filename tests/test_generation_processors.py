@@ -118,7 +118,11 @@ def test_stop_strings_end_inside_the_newest_token():
     ({"max_new_tokens": 0}, "max_new_tokens"), ({"temperature": 0}, "temperature"),
     ({"top_p": 0}, "top_p"), ({"min_p": 2}, "min_p"), ({"eos_token_id": [-1]}, "eos_token_id"),
     ({"bad_words_ids": [[]]}, "bad_words_ids"), ({"stop_strings": [""]}, "stop_strings"),
-    ({"num_beams": 3}, "beam"), ({"bogus": 1}, "Unknown generation option")])
+    ({"num_beams": 2, "do_sample": True}, "beam sampling"),
+    ({"num_beams": 2, "stop_strings": ["x"]}, "stop_strings"),
+    ({"num_beams": 2, "num_return_sequences": 3}, "num_return_sequences"),
+    ({"num_beams": 2, "early_stopping": "sometimes"}, "early_stopping"),
+    ({"bogus": 1}, "Unknown generation option")])
 def test_config_validation(options, match):
     with pytest.raises(InputError, match=match):
         GenerationConfig.from_dicts({}, {}, **options)
@@ -130,3 +134,17 @@ def test_config_layers_file_then_options():
     assert (config.do_sample, config.top_k, config.eos_token_id, config.pad_token_id) == \
         (True, 5, [2, 3], 0)
     assert config.new_tokens(15) == 5 and GenerationConfig(max_new_tokens=3).new_tokens(99) == 3
+
+
+def test_config_pipeline_defaults_yield_to_the_model_then_options():
+    # transformers' Pipeline.__init__ + _prepare_generation_config(use_model_defaults=True)
+    defaults = {"max_new_tokens": 256, "num_beams": 4}
+    config = GenerationConfig.from_dicts({"num_beams": 1, "length_penalty": 2.0}, {},
+                                         pipeline_defaults=defaults)
+    assert (config.num_beams, config.max_new_tokens, config.length_penalty) == (4, 256, 2.0)
+    config = GenerationConfig.from_dicts({"num_beams": 2, "max_length": 448}, {},
+                                         pipeline_defaults=defaults)
+    assert (config.num_beams, config.max_new_tokens, config.max_length) == (2, None, 448)
+    config = GenerationConfig.from_dicts({}, {}, pipeline_defaults=defaults,
+                                         task_options={"num_beams": 3}, max_new_tokens=5)
+    assert (config.num_beams, config.max_new_tokens) == (3, 5)

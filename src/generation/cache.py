@@ -13,8 +13,11 @@ padded prompt length and every decode step shares one compiled shape.
   not matter to attention (RoPE and learned positions follow the ids, and attention sums over keys
   in any order). The step's new rows are copied into the buffer at the shared write slot.
 
-A concat graph without ``position_ids`` derives positions from the past length, which a buffer
-would shift; such graphs are refused for now (they need a growing cache).
+- ``grow`` (merged decoders without ``position_ids``: Xenova/gpt2-style exports, and every
+  encoder-decoder decoder): positions come from the past length, which a buffer would shift, so the
+  past holds only real rows and grows each step (steppers.GrowingCache). Encoder-decoder graphs
+  also take cross-attention pasts (``cross_pairs``: their length axis is the encoder's), computed
+  on the first call and kept.
 """
 
 import dataclasses
@@ -28,21 +31,28 @@ _PAST_PREFIXES = ("past_key_values.", "past_")
 
 @dataclasses.dataclass
 class CacheLayout:
-    mode: str  # "inplace" or "concat"
-    pairs: list  # (past input ValueInfo, present output name)
+    mode: str  # "inplace", "concat" or "grow"
+    pairs: list  # (past input ValueInfo, present output name) of self-attention
     has_positions: bool
-    static_inputs: dict
+    static_inputs: dict  # every call but the first
     logits: str
+    cross_pairs: list = dataclasses.field(default_factory=list)  # cross-attention pasts
+    first_static: dict = dataclasses.field(default_factory=dict)  # the first call's
 
     @classmethod
-    def from_model(cls, model):
+    def from_model(cls, model, mode=None, extra_inputs=()):
+        """The layout of ``model``; ``mode`` forces "grow" on a graph that would buffer (a test
+        of the growing cache on a position_ids graph); ``extra_inputs`` are inputs the caller
+        fills (an encoder's outputs)."""
         inputs = {v.name: v for v in model.inputs}
         outputs = [v.name for v in model.outputs]
-        pairs = []
+        pairs, cross = [], []
+        encoder_axes = _axis_names(inputs.get("encoder_hidden_states"))
         for name, info in inputs.items():
             present = _present_name(name, outputs)
             if present is not None:
-                pairs.append((info, present))
+                is_cross = _axis_names(info)[2:3] and _axis_names(info)[2] in encoder_axes
+                (cross if is_cross else pairs).append((info, present))
         if not pairs or "input_ids" not in inputs or "logits" not in outputs:
             raise InputError("This graph is not a decoder with a KV cache: it needs input_ids, "
                              "past_key_values.* inputs and logits, present.* outputs (export it "
@@ -53,24 +63,36 @@ class CacheLayout:
             static["use_cache_branch"] = np.array([True])
         if "num_logits_to_keep" in inputs:  # 0 keeps every position (rows are right-padded)
             static["num_logits_to_keep"] = np.array(0, inputs["num_logits_to_keep"].dtype)
-        known = {"input_ids", "attention_mask", "position_ids", *static, *(p.name for p, _ in pairs)}
+        known = {"input_ids", "attention_mask", "position_ids", *static, *extra_inputs,
+                 *(p.name for p, _ in pairs + cross)}
         unknown = sorted(set(inputs) - known)
         if unknown:
-            raise InputError(f"The decoder takes input(s) {unknown} that generation cannot fill")
-        layout = cls("inplace" if gqa else "concat", pairs, "position_ids" in inputs, static,
-                     "logits")
-        if layout.mode == "concat" and not layout.has_positions:
-            raise InputError("A decoder without position_ids and without GroupQueryAttention "
-                             "needs a growing KV cache, which generation does not implement yet")
-        return layout
+            raise InputError(f"The decoder takes input(s) {unknown} that generation cannot fill"
+                             + ("" if "encoder_hidden_states" not in unknown else
+                                " (an encoder-decoder decoder: use a text2text-generation, "
+                                "summarization or translation pipeline)"))
+        if mode not in (None, "grow"):
+            raise InputError(f"cache mode must be None (read from the graph) or 'grow', got "
+                             f"{mode!r}")
+        grow = mode == "grow" or cross or not (gqa or "position_ids" in inputs)
+        if grow and gqa:
+            raise InputError("A GroupQueryAttention decoder writes its cache in place; it cannot "
+                             "run with a growing cache")
+        first = dict(static)
+        if grow and "use_cache_branch" in inputs:
+            first["use_cache_branch"] = np.array([False])  # the no-past branch
+        return cls("grow" if grow else "inplace" if gqa else "concat", pairs,
+                   "position_ids" in inputs, static, "logits", cross, first)
 
-    def empty(self, rows, capacity, model_config):
+    def empty(self, rows, capacity, model_config, cross_length=0):
         """Zero caches [rows, heads, capacity, head_dim] from the graph's input metadata
-        (symbolic head sizes come from config.json)."""
+        (symbolic head sizes come from config.json); cross-attention ones ``cross_length``
+        long."""
         caches = {}
-        for info, _ in self.pairs:
+        for info, _ in self.pairs + [(i, p) for i, p in self.cross_pairs]:
             shape = list(info.shape)
-            shape[0], shape[2] = rows, capacity
+            is_cross = any(info is c for c, _ in self.cross_pairs)
+            shape[0], shape[2] = rows, cross_length if is_cross else capacity
             for axis in (1, 3):
                 if not isinstance(shape[axis], int) or shape[axis] <= 0:
                     shape[axis] = _dim_from_config(model_config, axis, info)
@@ -88,9 +110,14 @@ def _present_name(past, outputs):
     return None
 
 
+def _axis_names(info):
+    return [] if info is None else [d if isinstance(d, str) else None for d in info.shape]
+
+
 def _dim_from_config(config, axis, info):
     config = config or {}
-    heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
+    heads = config.get("num_key_value_heads") or config.get("num_attention_heads") or \
+        config.get("decoder_attention_heads") or config.get("num_heads")
     if axis == 1 and heads:
         return int(heads)
     if axis == 3:
@@ -98,6 +125,10 @@ def _dim_from_config(config, axis, info):
             return int(config["head_dim"])
         if config.get("hidden_size") and config.get("num_attention_heads"):
             return int(config["hidden_size"]) // int(config["num_attention_heads"])
+        if config.get("d_kv"):  # T5
+            return int(config["d_kv"])
+        if config.get("d_model") and heads:  # BART, Marian, M2M100
+            return int(config["d_model"]) // int(heads)
     raise InputError(f"Cannot size the empty cache {info!r}: its axis {axis} is symbolic and "
                      "config.json gives no head_dim / num_key_value_heads")
 

@@ -41,19 +41,33 @@ class GenerationConfig:
     seed: int | None = None
 
     @classmethod
-    def from_dicts(cls, generation_config=None, model_config=None, **options):
-        """generation_config.json's values (config.json fills the token ids it lacks), then
-        ``options``; unknown option names are an error, unknown file keys are ignored."""
+    def from_dicts(cls, generation_config=None, model_config=None, *, pipeline_defaults=None,
+                   task_options=None, **options):
+        """transformers' order of precedence: ``pipeline_defaults`` (a pipeline's
+        ``_default_generation_config``), then the model's values (generation_config.json, with
+        config.json filling the token ids it lacks) where they differ from the global defaults,
+        then ``task_options`` (config.json ``task_specific_params``), then ``options``. Unknown
+        option names are an error, unknown file keys are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - names)
         if unknown:
             raise InputError(f"Unknown generation option(s) {unknown}; known: {sorted(names)}")
-        values = {}
+        model = {}
         for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
             if (model_config or {}).get(key) is not None:
-                values[key] = model_config[key]
-        values.update({k: v for k, v in (generation_config or {}).items()
-                       if k in names and v is not None})
+                model[key] = model_config[key]
+        model.update({k: v for k, v in (generation_config or {}).items()
+                      if k in names and v is not None})
+        defaults = cls()
+        values = dict(pipeline_defaults or {})
+        values.update({k: v for k, v in model.items() if v != getattr(defaults, k)})
+        # a pipeline's default max_new_tokens yields to a max_length the model sets
+        # (transformers' Pipeline.__init__: Whisper's max_length=448 wins over 256)
+        if pipeline_defaults and pipeline_defaults.get("max_new_tokens") is not None and \
+                values.get("max_new_tokens") == pipeline_defaults["max_new_tokens"] and \
+                values.get("max_length", DEFAULT_MAX_LENGTH) != DEFAULT_MAX_LENGTH:
+            values.pop("max_new_tokens")
+        values.update({k: v for k, v in (task_options or {}).items() if k in names})
         values.update({k: v for k, v in options.items() if v is not None or k == "seed"})
         # max_new_tokens given by the caller wins over a max_length from the file, as in
         # transformers (the file's max_length only applies when max_new_tokens is unset)
@@ -76,8 +90,17 @@ class GenerationConfig:
         if self.num_return_sequences > max(self.num_beams, 1) and not self.do_sample:
             raise InputError(f"num_return_sequences={self.num_return_sequences} needs "
                              f"num_beams >= it (got {self.num_beams}) or do_sample=True")
-        if self.num_beams > 1:
-            raise InputError("num_beams > 1 (beam search) is not implemented yet")
+        if self.early_stopping not in (True, False, "never"):
+            raise InputError(f"early_stopping must be True, False or 'never', got "
+                             f"{self.early_stopping!r}")
+        if not _number(self.length_penalty):
+            raise InputError(f"length_penalty must be a number, got {self.length_penalty!r}")
+        if self.num_beams > 1 and self.do_sample:
+            raise InputError("num_beams > 1 with do_sample=True (beam sampling) is not "
+                             "implemented; use do_sample=False or num_beams=1")
+        if self.num_beams > 1 and self.stop_strings:
+            raise InputError("stop_strings are not supported with num_beams > 1 (beam search); "
+                             "use eos_token_id or num_beams=1")
         for name in ("temperature", "repetition_penalty"):
             if not _number(getattr(self, name)) or getattr(self, name) <= 0:
                 raise InputError(f"{name} must be a positive number, got "

@@ -1,0 +1,188 @@
+"""Steppers: one generation's KV caches in one cache mode, and the graph calls that feed them.
+
+    stepper = FixedCache(gen, prompts, budget)   # or GrowingCache(gen, prompts, extra)
+    logits = stepper.start()                      # the prompts: [B, V] logits of each last token
+    logits = stepper.step(tokens)                 # one token per row
+    stepper.reorder(beam_indices)                 # row i takes row beam_indices[i]'s cache
+
+The loop (loop.py, beam.py) only sees these three calls; what differs between modes (buffers,
+masks, positions, groups) stays here. ``gen`` is the Generator: it holds the layout, the
+compiled functions and the model config.
+"""
+
+import numpy as np
+
+from .cache import write_rows
+
+# Cache buffers are at least this long, so short prompts of any length share one decode shape.
+MIN_CAPACITY = 64
+
+
+def next_pow2(n):
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+class _Stepper:
+    def __init__(self, gen):
+        self.gen, self.layout = gen, gen.layout
+        xp = gen.model.backend.xp
+        self._take = gen.model.backend.compile(lambda c, i: xp.take(c, i, axis=0))
+
+    def _call(self, fn, feed, caches):
+        feed = {k: v.astype(self.gen.dtypes[k], copy=False) for k, v in feed.items()}
+        feed.update(caches)
+        return fn(feed)
+
+    def _reorder(self, caches, rows):
+        at = np.asarray(rows, np.int64)
+        return {k: self._take(v, at) for k, v in caches.items()}
+
+
+class FixedCache(_Stepper):
+    """``inplace`` and ``concat`` modes (cache.py): one buffer of ``capacity`` rows per layer.
+
+    The prompt is right-padded to a power of two, so it compiles once per padded length and
+    every decode step shares one compiled shape."""
+
+    def __init__(self, gen, prompts, budget):
+        super().__init__(gen)
+        self.prompts = prompts
+        self.n = np.array([len(p) for p in prompts], np.int64)
+        self.width = next_pow2(self.n.max())
+        self.capacity = max(next_pow2(self.width + int(budget)), MIN_CAPACITY)
+        self.caches = {k: gen.model.backend.asarray(v) for k, v in
+                       self.layout.empty(len(prompts), self.capacity, gen.model_config).items()}
+        self.mask, self.steps = None, 0
+
+    def start(self):
+        rows, width, capacity = len(self.prompts), self.width, self.capacity
+        input_ids = np.zeros((rows, width), np.int64)
+        real = np.zeros((rows, width), np.int64)
+        for b, p in enumerate(self.prompts):
+            input_ids[b, :len(p)], real[b, :len(p)] = p, 1
+        feed = {"input_ids": input_ids}
+        if self.layout.has_positions:
+            feed["position_ids"] = np.broadcast_to(np.arange(width), (rows, width)).copy()
+        if self.layout.mode == "inplace":
+            feed["attention_mask"] = real  # the op's first prompt: mask as wide as the prompt
+        else:
+            self.mask = np.zeros((rows, capacity), np.int64)
+            feed["attention_mask"] = np.concatenate([self.mask, real], axis=1)
+        out = self._call(self.gen.fn, feed, self.caches)
+        self._store(out, 0)
+        if self.mask is not None:
+            self.mask[:, :width] = real
+        return np.asarray(out[self.layout.logits])[np.arange(rows), self.n - 1]
+
+    def step(self, tokens):
+        """Each row's token at its own position (its prompt length + steps so far)."""
+        rows, positions = len(tokens), self.n + self.steps
+        slot = self.width + self.steps
+        feed = {"input_ids": tokens[:, None].astype(np.int64)}
+        if self.layout.has_positions:
+            feed["position_ids"] = positions[:, None].astype(np.int64)
+        if self.layout.mode == "inplace":
+            feed["attention_mask"] = (np.arange(self.capacity)[None, :] <= positions[:, None]) \
+                .astype(np.int64)
+        else:
+            feed["attention_mask"] = np.concatenate([self.mask, np.ones((rows, 1), np.int64)],
+                                                    axis=1)
+        out = self._call(self.gen.fn, feed, self.caches)
+        self._store(out, slot)
+        if self.mask is not None:
+            self.mask[:, slot] = 1
+        self.steps += 1
+        return np.asarray(out[self.layout.logits])[:, -1]
+
+    def reorder(self, rows):
+        self.caches = self._reorder(self.caches, rows)
+        if self.mask is not None:
+            self.mask = self.mask[rows]
+
+    def _store(self, out, slot):
+        """In place, the presents themselves; concat, the new rows (those past ``capacity``)
+        written into the buffer at ``slot``."""
+        pairs = self.layout.pairs
+        if self.layout.mode == "inplace":
+            self.caches = {info.name: out[present] for info, present in pairs}
+            return
+        at = np.asarray(slot, np.int64)
+        self.caches = {info.name: self.gen.write(self.caches[info.name],
+                                                 out[present][:, :, self.capacity:], at)
+                       for info, present in pairs}
+
+
+class GrowingCache(_Stepper):
+    """``grow`` mode: the graph derives positions from the past length, so the past holds only
+    real rows and grows by one each step, so every step is a new shape (compiled once, then
+    cached). Rows are grouped by prompt length (one graph call per group per step) so no row
+    needs padding; a group's row count is padded to a power of two (copies of its first row)
+    so that batches of different sizes share compiled shapes. The first call runs the graph's no-past branch
+    (``use_cache_branch`` False); encoder-decoder graphs compute the cross-attention KV there,
+    and it is kept: their cache steps return dummy encoder presents.
+
+    ``extra``: per-row inputs every call takes (encoder_hidden_states, encoder_attention_mask)."""
+
+    def __init__(self, gen, prompts, extra=None):
+        super().__init__(gen)
+        self.prompts, self.extra = prompts, dict(extra or {})
+        lengths = np.array([len(p) for p in prompts])
+        self.groups = [np.nonzero(lengths == n)[0] for n in sorted(set(lengths.tolist()))]
+        self.caches = [None] * len(self.groups)
+        self.cross = [{} for _ in self.groups]
+        self.past = [0] * len(self.groups)
+
+    def start(self):
+        return self._each(lambda g, rows: np.array([self.prompts[i] for i in rows], np.int64),
+                          first=True)
+
+    def step(self, tokens):
+        return self._each(lambda g, rows: tokens[rows][:, None].astype(np.int64), first=False)
+
+    def reorder(self, rows):
+        rows = np.asarray(rows)
+        for g, members in enumerate(self.groups):
+            # beams never leave their input, so a group's rows come from the same group
+            local = _padded(np.searchsorted(members, rows[members]))
+            self.caches[g] = self._reorder(self.caches[g], local)
+            self.cross[g] = self._reorder(self.cross[g], local)
+
+    def _each(self, ids_of, first):
+        logits = None
+        for g, rows in enumerate(self.groups):
+            out = self._group(g, rows, ids_of(g, rows), first)
+            if logits is None:
+                logits = np.zeros((len(self.prompts), out.shape[-1]), out.dtype)
+            logits[rows] = out
+        return logits
+
+    def _group(self, g, rows, ids, first):
+        layout, past, width, real = self.layout, self.past[g], ids.shape[1], len(rows)
+        rows, ids = _padded(rows), _padded(ids)
+        feed = {"input_ids": ids}
+        if "attention_mask" in self.gen.dtypes:
+            feed["attention_mask"] = np.ones((len(rows), past + width), np.int64)
+        if layout.has_positions:
+            feed["position_ids"] = np.broadcast_to(past + np.arange(width), ids.shape).copy()
+        feed.update({k: np.asarray(v)[rows] for k, v in self.extra.items()})
+        if first:
+            caches = self.layout.empty(len(rows), 0, self.gen.model_config,
+                                       cross_length=self._cross_length())
+        else:
+            caches = {**self.caches[g], **self.cross[g]}
+        out = self._call(self.gen.first_fn if first else self.gen.fn, feed, caches)
+        self.caches[g] = {info.name: out[present] for info, present in layout.pairs}
+        if first:
+            self.cross[g] = {info.name: out[present] for info, present in layout.cross_pairs}
+        self.past[g] += width
+        return np.asarray(out[layout.logits])[:real, -1]
+
+    def _cross_length(self):
+        states = self.extra.get("encoder_hidden_states")
+        return 0 if states is None else np.asarray(states).shape[1]
+
+
+def _padded(x):
+    """``x`` with rows appended (copies of row 0) up to a power of two."""
+    extra = next_pow2(len(x)) - len(x)
+    return x if not extra else np.concatenate([x, np.repeat(x[:1], extra, axis=0)])
