@@ -4,6 +4,7 @@ Classes are named by module path and imported on first use, so importing transmu
 import every task."""
 
 import importlib
+import re
 
 from .base import PipelineError
 
@@ -19,6 +20,9 @@ TASKS = {
     "text-ranking": ("text.ranking", "TextRankingPipeline"),
     "text-generation": ("text.text_generation", "TextGenerationPipeline"),
     "zero-shot-entity-recognition": ("text.zero_shot_entity", "ZeroShotEntityRecognitionPipeline"),
+    "text2text-generation": ("text.text2text", "Text2TextGenerationPipeline"),
+    "summarization": ("text.text2text", "SummarizationPipeline"),
+    "translation": ("text.text2text", "TranslationPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -29,8 +33,7 @@ ALIASES = {
     "reranking": "text-ranking",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
-PLANNED = {"text2text-generation",
-           "summarization", "translation", "image-classification", "object-detection",
+PLANNED = {"image-classification", "object-detection",
            "image-segmentation", "depth-estimation", "automatic-speech-recognition",
            "audio-classification", "zero-shot-image-classification", "image-to-text",
            "text-to-audio", "background-removal", "image-feature-extraction"}
@@ -46,6 +49,8 @@ def normalize(task):
 def get(task):
     """The pipeline class of ``task`` (or one of its aliases)."""
     name = normalize(task)
+    if re.fullmatch(r"translation_[^_]+_to_[^_]+", name):  # transformers' translation_xx_to_yy
+        return get("translation").for_task(name)
     if name not in TASKS:
         if name in PLANNED:
             raise PipelineError(f"Task {task!r} has no pipeline in Transmuter yet; the text tasks "

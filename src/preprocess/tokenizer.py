@@ -50,6 +50,8 @@ class Tokenizer:
 
         from .. import hub
         repo = hub.resolve(repo) if not isinstance(repo, hub.Repo) else repo
+        if not repo.has("tokenizer.json") and repo.has("source.spm") and repo.has("vocab.json"):
+            return MarianTokenizer.from_repo(repo)
         if not repo.has("tokenizer.json"):
             raise TokenizerError(f"{repo.label} has no tokenizer.json (only fast tokenizers are "
                                  "supported); pass tokenizer=... or use a repo that has one")
@@ -118,9 +120,11 @@ class Tokenizer:
 
     # --- decoding ------------------------------------------------------------------------------
 
-    def decode(self, ids, skip_special_tokens=False):
+    def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=None):
         text = self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
-        return clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
+        clean = clean_up_tokenization_spaces
+        return clean_up_tokenization(text) if (self.clean_up_tokenization_spaces if clean is None
+                                               else clean) else text
 
     def id_to_token(self, i):
         return self.backend.id_to_token(int(i))
@@ -139,6 +143,118 @@ class Tokenizer:
     @property
     def continuing_subword_prefix(self):
         return getattr(self.backend.model, "continuing_subword_prefix", None)
+
+
+class _Encoding:
+    """The fields of a ``tokenizers.Encoding`` that pipelines read."""
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+        self.attention_mask = [1] * len(self.ids)
+        self.type_ids = [0] * len(self.ids)
+        self.overflowing = []
+
+
+class MarianTokenizer:
+    """transformers' (slow) ``MarianTokenizer`` for repos with source.spm, target.spm and
+    vocab.json and no tokenizer.json: sentencepiece pieces of the source model mapped to ids by
+    vocab.json (unknown pieces -> <unk>), a leading ``>>xx<<`` language code kept whole, special
+    tokens in the text split out, eos appended. Decoding joins the target model's pieces.
+    Moses punctuation normalization is left out, as transformers does without ``sacremoses``."""
+
+    def __init__(self, source_spm, target_spm, vocab, config=None):
+        try:
+            import sentencepiece
+        except ImportError as e:
+            raise TokenizerError("This repo's tokenizer is sentencepiece (source.spm, no "
+                                 "tokenizer.json): pip install sentencepiece") from e
+        self.config = dict(config or {})
+        self.source = sentencepiece.SentencePieceProcessor(model_file=source_spm)
+        self.target = sentencepiece.SentencePieceProcessor(model_file=target_spm)
+        self.vocab = dict(vocab)
+        self.inverse = {i: t for t, i in self.vocab.items()}
+        limit = self.config.get("model_max_length", 512)
+        self.model_max_length = int(limit) if limit and limit < NO_LIMIT else None
+        self.clean_up_tokenization_spaces = bool(self.config.get("clean_up_tokenization_spaces",
+                                                                 False))
+        self.padding_side = "right"
+        for name, default in (("eos", "</s>"), ("unk", "<unk>"), ("pad", "<pad>")):
+            token = _content(self.config.get(f"{name}_token")) or default
+            setattr(self, f"{name}_token", token)
+            setattr(self, f"{name}_token_id", self.vocab.get(token))
+        if self.unk_token_id is None or self.pad_token_id is None:
+            raise TokenizerError("vocab.json lacks the <unk> or <pad> token")
+        for name in ("bos", "cls", "sep", "mask"):
+            setattr(self, f"{name}_token", None)
+            setattr(self, f"{name}_token_id", None)
+        self.special_tokens = [self.eos_token, self.unk_token, self.pad_token]
+        self.all_special_ids = {self.vocab[t] for t in self.special_tokens if t in self.vocab}
+
+    @classmethod
+    def from_repo(cls, repo):
+        import json
+        config = repo.json("tokenizer_config.json", {})
+        config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
+                       if k not in config})
+        with open(repo.file("vocab.json"), encoding="utf-8") as f:
+            vocab = json.load(f)
+        target = "target.spm" if repo.has("target.spm") else "source.spm"
+        return cls(repo.file("source.spm"), repo.file(target), vocab, config)
+
+    def encode(self, text, pair=None, *, add_special_tokens=True, **_):
+        _check_text(text, "text")
+        ids = self._ids(text) + (self._ids(pair) if pair is not None else [])
+        return _Encoding(ids + [self.eos_token_id] if add_special_tokens else ids)
+
+    def _ids(self, text):
+        tokens = []
+        for part in self._split_special(text):
+            if part in self.special_tokens:
+                tokens.append(part)
+                continue
+            if part.startswith(">>") and (end := part.find("<<")) != -1:
+                tokens.append(part[:end + 2])  # remove_language_code: the code stays one token
+                part = part[end + 2:]
+            tokens += self.source.encode(part, out_type=str)
+        return [self.vocab.get(t, self.unk_token_id) for t in tokens]
+
+    def _split_special(self, text):
+        parts = [text]
+        for token in self.special_tokens:
+            parts = [p for part in parts for p in _split_keep(part, token)]
+        return [p for p in parts if p]
+
+    def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=None):
+        tokens = [self.inverse.get(int(i), self.unk_token) for i in ids
+                  if not (skip_special_tokens and int(i) in self.all_special_ids)]
+        text, pieces = "", []
+        for token in tokens:  # convert_tokens_to_string
+            if token in self.special_tokens:
+                text += self.target.decode_pieces(pieces) + token + " "
+                pieces = []
+            else:
+                pieces.append(token)
+        text = (text + self.target.decode_pieces(pieces)).replace("\u2581", " ").strip()
+        clean = clean_up_tokenization_spaces
+        return clean_up_tokenization(text) if (self.clean_up_tokenization_spaces if clean is None
+                                               else clean) else text
+
+    def id_to_token(self, i):
+        return self.inverse.get(int(i))
+
+    def token_to_id(self, token):
+        return self.vocab.get(token)
+
+    def get_vocab(self):
+        return dict(self.vocab)
+
+
+def _split_keep(text, token):
+    pieces = text.split(token)
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        out += [token, piece]
+    return out
 
 
 def clean_up_tokenization(text):

@@ -103,26 +103,35 @@ class TextGenerationPipeline(Pipeline):
     # --- the model -----------------------------------------------------------------------------
 
     def _forward(self, chunks, config):
-        new = self.generator.generate([c["ids"] for c in chunks], config,
-                                      decode=lambda ids: self._decode(ids, None))
-        return [dict(c, new_ids=n) for c, n in zip(chunks, new)]
+        prompts = [c["ids"] for c in chunks]
+        if config.num_beams > 1:
+            new, _ = self.generator.beam_search(prompts, config)
+            return [dict(c, new_ids=n) for c, n in zip(chunks, new)]
+        # num_return_sequences (sampling): each prompt runs that many rows, as generate expands
+        r = config.num_return_sequences
+        flat = self.generator.generate([p for p in prompts for _ in range(r)], config,
+                                       decode=lambda ids: self._decode(ids, None))
+        return [dict(c, new_ids=flat[i * r:(i + 1) * r]) for i, c in enumerate(chunks)]
 
     def postprocess(self, outputs, return_type="full_text", clean_up=None):
         out = outputs[0]
-        sequence = list(out["ids"]) + list(out["new_ids"])
+        return [self._record(out, new, return_type, clean_up) for new in out["new_ids"]]
+
+    def _record(self, out, new_ids, return_type, clean_up):
+        sequence = list(out["ids"]) + list(new_ids)
         if return_type == "tensors":
-            return [{"generated_token_ids": sequence}]
+            return {"generated_token_ids": sequence}
         # as transformers: decode the whole sequence and cut the decoded prompt's length
         text = self._decode(sequence, clean_up)[len(self._decode(out["ids"], clean_up)):]
         prompt = out["prompt"]
         if return_type == "new_text":
-            return [{"generated_text": text}]
+            return {"generated_text": text}
         if isinstance(prompt, str):
-            return [{"generated_text": prompt + text}]
+            return {"generated_text": prompt + text}
         if prompt[-1]["role"] == "assistant":  # continuing the final message
             last = dict(prompt[-1], content=prompt[-1]["content"] + text)
-            return [{"generated_text": prompt[:-1] + [last]}]
-        return [{"generated_text": prompt + [{"role": "assistant", "content": text}]}]
+            return {"generated_text": prompt[:-1] + [last]}
+        return {"generated_text": prompt + [{"role": "assistant", "content": text}]}
 
     def _decode(self, ids, clean_up):
         text = self.tokenizer.backend.decode([int(i) for i in ids], skip_special_tokens=True)

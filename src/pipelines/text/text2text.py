@@ -1,0 +1,125 @@
+"""text2text-generation, summarization, translation: transformers' Text2TextGenerationPipeline
+family over an encoder and a merged decoder (``transmuter.generation.seq2seq``).
+
+    pipe = transmuter.pipeline("translation_en_to_de", "tests/fixtures/t5")
+    pipe("The house is wonderful.", max_new_tokens=20)  -> [{"translation_text": ...}]
+    pipe(["...", "..."], batch_size=2)                   -> [[{...}], [{...}]]
+    pipe("...", return_tensors=True)                     -> [{"translation_token_ids": ...}]
+
+As transformers: config.json's ``prefix`` (or ``task_specific_params[task]["prefix"]``) goes
+before each input, ``task_specific_params[task]`` sets generation options, generation_config.json
+applies, call options override. Outputs are decoded with special tokens skipped; token ids
+include the decoder start token, as ``generate`` returns them.
+"""
+
+import dataclasses
+import weakref
+
+from ...generation import GenerationConfig
+from ...generation.seq2seq import Seq2SeqGenerator
+from ..base import Pipeline, PipelineError, check_text
+
+_GENERATION_OPTIONS = {f.name for f in dataclasses.fields(GenerationConfig)}
+# transformers' Text2TextGenerationPipeline._default_generation_config (4.57): beam search.
+PIPELINE_DEFAULTS = {"max_new_tokens": 256, "num_beams": 4}
+# One generator per decoder model, shared by the pipelines over it (each step shape compiles once).
+_GENERATORS = weakref.WeakKeyDictionary()
+
+
+class Text2TextGenerationPipeline(Pipeline):
+    task = "text2text-generation"
+    return_name = "generated"
+
+    def __init__(self, model, tokenizer, config=None, *, repo=None, encoder=None,
+                 encoder_variant=None, **kwargs):
+        self.generator = _GENERATORS.get(model)
+        if self.generator is None or encoder is not None:
+            encoder = encoder or _load_encoder(repo, model, encoder_variant)
+            self.generator = _GENERATORS[model] = Seq2SeqGenerator(encoder, model, config)
+        self.generation_file = repo.json("generation_config.json", {}) if repo else {}
+        params = dict((config or {}).get("task_specific_params") or {}).get(self.task) or {}
+        self.prefix = params.get("prefix", (config or {}).get("prefix")) or ""
+        self.task_options = {k: v for k, v in params.items() if k in _GENERATION_OPTIONS}
+        super().__init__(model, tokenizer, config, repo=repo, **kwargs)
+
+    @staticmethod
+    def onnx_component(repo):
+        return "decoder_model_merged"
+
+    def _input_kind(self):
+        return "a string"
+
+    def _sanitize_parameters(self, return_tensors=None, return_text=None, return_type=None,
+                             clean_up_tokenization_spaces=None, truncation=None, src_lang=None,
+                             tgt_lang=None, **options):
+        unknown = sorted(set(options) - _GENERATION_OPTIONS)
+        if unknown:
+            raise PipelineError(f"{self.task} takes no option(s) {unknown}; generation options "
+                                f"are: {', '.join(sorted(_GENERATION_OPTIONS))}")
+        if truncation not in (None, False, True, "longest_first", "only_first"):
+            raise PipelineError(f"truncation must be a bool or 'longest_first', got "
+                                f"{truncation!r}")
+        tensors = return_type == "tensors" or (return_tensors and return_type is None)
+        config = GenerationConfig.from_dicts(self.generation_file, self.config,
+                                             pipeline_defaults=PIPELINE_DEFAULTS,
+                                             task_options=self.task_options, **options)
+        if config.pad_token_id is None and self.tokenizer.pad_token_id is not None:
+            config.pad_token_id = self.tokenizer.pad_token_id  # as transformers' Pipeline does
+        pre = {"truncation": truncation}
+        post = {"tensors": bool(tensors), "clean_up": bool(clean_up_tokenization_spaces)}
+        return pre, {"config": config}, post
+
+    def preprocess(self, inputs, truncation=None):
+        text = self.prefix + check_text(inputs, "input")
+        yield {"ids": list(self.tokenizer.encode(text, truncation=truncation or False).ids)}
+
+    def _forward(self, chunks, config):
+        sources, start = [c["ids"] for c in chunks], self.generator.start_ids(config)
+        if config.num_beams > 1:
+            new, _ = self.generator.beam_search(sources, config)
+        else:
+            new = [[n] for n in self.generator.generate(
+                sources, config, decode=lambda ids: self._decode(ids, False))]
+        return [dict(c, output_ids=[start + s for s in n]) for c, n in zip(chunks, new)]
+
+    def postprocess(self, outputs, tensors=False, clean_up=False):
+        if tensors:
+            return [{f"{self.return_name}_token_ids": ids} for ids in outputs[0]["output_ids"]]
+        return [{f"{self.return_name}_text": self._decode(ids, clean_up)}
+                for ids in outputs[0]["output_ids"]]
+
+    def _decode(self, ids, clean_up):
+        return self.tokenizer.decode(ids, skip_special_tokens=True,
+                                     clean_up_tokenization_spaces=clean_up)
+
+
+class SummarizationPipeline(Text2TextGenerationPipeline):
+    task = "summarization"
+    return_name = "summary"
+
+
+class TranslationPipeline(Text2TextGenerationPipeline):
+    """``translation`` and ``translation_xx_to_yy`` (``for_task``): the task name picks
+    task_specific_params (T5's prefixes)."""
+
+    task = "translation"
+    return_name = "translation"
+
+    @classmethod
+    def for_task(cls, task):
+        return type(cls.__name__, (cls,), {"task": task})
+
+
+def _load_encoder(repo, decoder, variant):
+    """The repo's encoder_model: the decoder's half precision when its encoder input is half,
+    else ``variant`` or the repo's default (config.json / fp32 first)."""
+    from ...model import load
+    if repo is None:
+        raise PipelineError("An encoder-decoder model loaded by hand needs encoder= (the "
+                            "encoder's transmuter.Model) or config= its repo folder")
+    states = next((v for v in decoder.inputs if v.name == "encoder_hidden_states"), None)
+    if variant is None and states is not None and str(states.dtype) == "float16":
+        variant = "fp16"
+    file = repo.choose("encoder_model", variant).path
+    return load(repo, file, backend=decoder.backend.name, compute_type=decoder.compute_type)
+
