@@ -35,6 +35,12 @@ EPS16 = 2.0 ** -10
 # relative error up to eps16 = 2^-10 of the stream's scale: 8 * eps16 * max(1, max|ref|)
 # (= 0.0078 for outputs of scale 1). Measured: at most 0.0029 * max|ref| (t5 decoder logits, MLX).
 FP16_ATOL = 8 * EPS16
+# q4f16 (transformers.js: q4, then the fp16 conversion): the fp16 bar, doubled. Measured on the
+# llama prompt step (20 positions; init std 0.4 makes its activations large): 0.094 = 0.011 *
+# max|ref| on JAX and MLX alike, the same whether MatMulNBits runs through mx.quantized_matmul or
+# dequantized, and 0.035 with compute_type="f32": the excess is fp16 rounding between ops that
+# onnxruntime's CPU kernels run in f32, as for _fp16; not localized further. KV steps: 0.014-0.037.
+Q4F16_ATOL = 2 * FP16_ATOL
 # Dequantizing 4-bit weights is exact in f32 (a small integer times the scale), so q4 graphs get
 # the fp32 bar: 1e-4, summation order in matmuls over hidden sizes <= 128.
 Q4_ATOL = 1e-4
@@ -254,7 +260,8 @@ def compiled():
 
 def _tolerance(variant, name, want, band):
     if variant in ("fp16", "q4f16"):
-        return FP16_ATOL * max(1.0, float(np.max(np.abs(want.astype(np.float32)))))
+        bar = FP16_ATOL if variant == "fp16" else Q4F16_ATOL
+        return bar * max(1.0, float(np.max(np.abs(want.astype(np.float32)))))
     if variant == "quantized":
         return band[name]
     return Q4_ATOL

@@ -17,6 +17,7 @@ Export / variants:
     ``quantize_int8(src, dst)``   onnxruntime ``quantize_dynamic``: int8 weights, per-tensor
     ``convert_fp16(src, dst)``    onnxruntime.transformers ``convert_float_to_float16``, keep_io_types
     ``quantize_q4(src, dst)``     onnxruntime ``MatMulNBitsQuantizer``: 4 bits, block 32, symmetric
+    ``quantize_q4f16(src, dst)``  ``quantize_q4``, then ``convert_fp16`` (transformers.js' order)
     ``variant_of_merged(fn, decoder, decoder_with_past, dst)``  variant of the two graphs, then merge
 
 References (``references/<stem>.npz``, keys ``"{step}/in/{name}"``, ``"{step}/out/{name}"``):
@@ -476,6 +477,15 @@ def quantize_q4(src: str | Path, dst: str | Path, block_size: int = 32) -> Path:
     q.process()
     _save_onnx(q.model.model, dst)
     return Path(dst)
+
+
+def quantize_q4f16(src: str | Path, dst: str | Path, block_size: int = 32) -> Path:
+    """``_q4f16`` variant, as transformers.js' ``scripts/quantize.py`` makes it: ``quantize_q4``
+    first (MatMulNBits, f32 scales), then ``convert_fp16`` of that graph (the scales, the other
+    weights and the compute become float16; inputs and outputs keep their types)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        q4 = quantize_q4(src, Path(tmp, "q4.onnx"), block_size=block_size)
+        return convert_fp16(q4, dst)
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ Pinned versions (see tests/support/requirements-export.txt); the fixtures were m
     protobuf 7.36.2.
 
 Layouts:
-    encoders     onnx/model.onnx (+ _quantized / _fp16 / _q4)
+    encoders     onnx/model.onnx (+ _quantized / _fp16 / _q4 / _q4f16)
     gpt2         onnx/decoder_model_merged.onnx (If on use_cache_branch) + onnx/decoder_model.onnx,
                  made with optimum's legacy decoder / decoder_with_past split and merge_decoders
     llama, qwen3 onnx/model.onnx (onnx-community layout: one graph with past inputs and position_ids)
@@ -64,7 +64,8 @@ CHATML_TEMPLATE = (
 # Generative models use a larger init std than the 0.02 default so that greedy decoding does not
 # just repeat one token (clear top-1 margins, varied KV-cache steps).
 DECODER_INIT = 0.4
-VARIANT_FNS = {"quantized": ec.quantize_int8, "fp16": ec.convert_fp16, "q4": ec.quantize_q4}
+VARIANT_FNS = {"quantized": ec.quantize_int8, "fp16": ec.convert_fp16, "q4": ec.quantize_q4,
+               "q4f16": ec.quantize_q4f16}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -344,7 +345,7 @@ def _bert_feature(d: Path, work: Path, opset: int, eager: bool, variants):
 
 @fixture("bert")
 def build_bert(d: Path, work: Path):
-    _bert_feature(d, work, 18, False, ("quantized", "fp16", "q4"))
+    _bert_feature(d, work, 18, False, ("quantized", "fp16", "q4", "q4f16"))
 
 
 @fixture("bert-opset14")
@@ -508,7 +509,7 @@ def _llama(work: Path):
 @fixture("llama")
 def build_llama(d: Path, work: Path):
     model, tok = _llama(work)
-    decoder_fixture(d, "llama", model, tok, merged=False, variants=("quantized", "q4"))
+    decoder_fixture(d, "llama", model, tok, merged=False, variants=("quantized", "q4", "q4f16"))
 
 
 @fixture("llama-opset14")
