@@ -166,3 +166,40 @@ def test_compiled_draws_differ_between_calls_unless_seeded(backend):
     assert fn.cache_info().misses == 1
     assert not np.array_equal(np.asarray(a["free"]), np.asarray(b["free"]))
     np.testing.assert_array_equal(np.asarray(a["fixed"]), np.asarray(b["fixed"]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_dropout_distribution_and_mask(backend):
+    ratio, shape = 0.3, (200, 100)
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=3.0)
+    r = helper.make_tensor("r", TensorProto.FLOAT, [], [ratio])
+    t = helper.make_tensor("t", TensorProto.BOOL, [], [True])
+    graph = helper.make_graph([node], "g", [info("x", TensorProto.FLOAT, list(shape))],
+                              [info("y", TensorProto.FLOAT, list(shape)),
+                               info("mask", TensorProto.BOOL, list(shape))], initializer=[r, t])
+    model = transmuter.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]),
+                            backend=backend)
+    x = np.random.default_rng(0).uniform(1, 2, shape).astype(np.float32)
+    out = transmuter.run(model, {"x": x})
+    y, mask = np.asarray(out["y"]), np.asarray(out["mask"])
+    assert y.shape == shape and y.dtype == np.float32 and mask.dtype == bool
+    # kept elements scaled by 1 / (1 - ratio) (f32 rounding), dropped ones exactly zero
+    np.testing.assert_allclose(y[mask], x[mask] / (1 - ratio), rtol=1e-6)
+    assert (y[~mask] == 0).all()
+    # the kept fraction is Binomial(n, 1 - ratio) / n: standard error sqrt(r (1 - r) / n)
+    assert abs(mask.mean() - (1 - ratio)) < Z * np.sqrt(ratio * (1 - ratio) / mask.size)
+    # a seed fixes the mask
+    assert (np.asarray(transmuter.run(model, {"x": x})["mask"]) == mask).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inference_dropout_is_identity(backend):
+    node = helper.make_node("Dropout", ["x"], ["y", "mask"])
+    graph = helper.make_graph([node], "g", [info("x", TensorProto.FLOAT, [3, 4])],
+                              [info("y", TensorProto.FLOAT, [3, 4]),
+                               info("mask", TensorProto.BOOL, [3, 4])])
+    model = transmuter.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]),
+                            backend=backend)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out = transmuter.run(model, {"x": x})
+    assert (np.asarray(out["y"]) == x).all() and np.asarray(out["mask"]).all()

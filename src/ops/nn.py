@@ -1,9 +1,10 @@
-"""Neural-network math: MatMul, Gemm, Softmax, normalizations, Dropout (inference), Einsum.
+"""Neural-network math: MatMul, Gemm, Softmax, normalizations, Dropout, Einsum.
 
 Half-precision inputs keep sums, normalizations and softmax in f32 inside the op."""
 
 import numpy as np
 
+from .random import draw
 from .registry import op
 
 
@@ -162,8 +163,29 @@ def mean_variance_normalization(xp, x, *, axes=(0, 2, 3)):
 
 
 @op("Dropout", 1, context=True)
-def dropout(xp, x, ratio=None, training_mode=None, *, seed=None, is_test=0, ctx=None):
-    # Inference: the identity, with an all-true mask when asked for.
+def dropout(xp, x, *, ratio=0.5, is_test=0, ctx=None):
+    # Before opset 12 Dropout is the identity at inference (ONNX Runtime runs it so whatever
+    # is_test says), with an all-true mask when asked for.
+    return _identity_dropout(xp, x, ctx)
+
+
+@op("Dropout", 12, static=(1, 2), context=True, random=True)
+def dropout_12(xp, x, ratio=None, training_mode=None, *, seed=None, ctx=None):
+    """Training mode zeroes each element with probability ``ratio`` and scales the rest by
+    1 / (1 - ratio); the mask says which were kept."""
+    ratio = 0.5 if ratio is None else float(np.asarray(ratio))
+    if training_mode is None or not bool(np.asarray(training_mode)) or ratio == 0:
+        return _identity_dropout(xp, x, ctx)
+    if not 0 <= ratio < 1:
+        raise ValueError(f"Dropout ratio must be in [0, 1) in training mode, got {ratio}")
+    wide = np.float64 if xp.dtype_of(x) == np.float64 else np.float32
+    u = draw(xp, "uniform", x.shape, wide, seed, ctx)
+    mask = u >= ratio
+    y = xp.astype(xp.where(mask, xp.astype(x, wide) / (1 - ratio), 0), xp.dtype_of(x))
+    return (y, mask) if ctx is not None and ctx.n_outputs > 1 else y
+
+
+def _identity_dropout(xp, x, ctx):
     if ctx is not None and ctx.n_outputs > 1:
         return x, xp.ones(x.shape, dtype=bool)
     return x

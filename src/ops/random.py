@@ -35,7 +35,7 @@ def _seed(seed, ctx):
     return (_BASE + next(_COUNTER)) & 0xFFFFFFFF
 
 
-def _draw(xp, kind, shape, dtype, seed, ctx):
+def draw(xp, kind, shape, dtype, seed, ctx):
     """Draws in ``dtype`` (half precision drawn in f32)."""
     dtype = np.dtype(dtype)
     if not dtypes.is_float(dtype):
@@ -51,13 +51,13 @@ def _like_dtype(xp, x, dtype):
 
 def _normal(xp, shape, dtype, mean, scale, seed, ctx):
     dtype = np.dtype(dtype)
-    z = _draw(xp, "normal", shape, dtype, seed, ctx)
+    z = draw(xp, "normal", shape, dtype, seed, ctx)
     return xp.astype(z * scale + mean, dtype)
 
 
 def _uniform(xp, shape, dtype, low, high, seed, ctx):
     dtype = np.dtype(dtype)
-    u = _draw(xp, "uniform", shape, dtype, seed, ctx)
+    u = draw(xp, "uniform", shape, dtype, seed, ctx)
     return xp.astype(u * (high - low) + low, dtype)
 
 
@@ -84,7 +84,7 @@ def random_uniform_like(xp, x, *, dtype=None, high=1.0, low=0.0, seed=None, ctx=
 @op("Bernoulli", 15, context=True, random=True)
 def bernoulli(xp, p, *, dtype=None, seed=None, ctx=None):
     """1 with probability p (elementwise), else 0, in ``dtype`` (default: p's)."""
-    u = _draw(xp, "uniform", p.shape, xp.dtype_of(p), seed, ctx)
+    u = draw(xp, "uniform", p.shape, xp.dtype_of(p), seed, ctx)
     return xp.astype(u < xp.astype(p, xp.dtype_of(u)), _like_dtype(xp, p, dtype))
 
 
@@ -95,6 +95,6 @@ def multinomial(xp, x, *, dtype=_INT32, sample_size=1, seed=None, ctx=None):
     batch, classes = x.shape
     wide = np.float64 if xp.dtype_of(x) == np.float64 else np.float32
     cdf = xp.cumsum(xp.softmax(xp.astype(x, wide), axis=1), axis=1)
-    u = _draw(xp, "uniform", (batch, sample_size, 1), wide, seed, ctx)
+    u = draw(xp, "uniform", (batch, sample_size, 1), wide, seed, ctx)
     index = xp.sum(xp.astype(xp.expand_dims(cdf, 1) <= u, np.int32), axis=-1)
     return xp.astype(xp.minimum(index, classes - 1), dtypes.to_numpy(dtype))
