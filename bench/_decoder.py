@@ -93,3 +93,13 @@ def weight_bytes(model):
     return sum(int(np.prod(v.shape)) * np.dtype(str(v.dtype).split(".")[-1]).itemsize
                for v in model.params.values()) + sum(
         np.asarray(v).nbytes for v in model.constants.values() if hasattr(v, "nbytes"))
+
+
+def weight_breakdown(model):
+    """MB of weights by kind: packed integers (uint8/int8: 4-bit weights, zero points), floats."""
+    kinds = {"packed": 0, "float": 0}
+    for v in list(model.params.values()) + [v for v in model.constants.values()
+                                            if hasattr(v, "nbytes")]:
+        dtype = np.dtype(str(v.dtype).split(".")[-1])
+        kinds["float" if dtype.kind == "f" else "packed"] += int(np.prod(v.shape)) * dtype.itemsize
+    return {k: b / 1e6 for k, b in kinds.items()}

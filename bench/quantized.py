@@ -15,7 +15,9 @@ buffer of prompt + new positions (GroupQueryAttention reads attention_mask only 
 sum and width, and writes each step's keys/values at the row's length), so every decode step has
 the same shapes: one compile for the prompt, one for decoding. onnxruntime runs the same feeds with
 ORT_ENABLE_ALL and as many threads as cores. Tokens/s counts decode steps only; the prompt step is
-timed apart (prompt tokens/s). Both runs must produce the same greedy tokens (fp32) or say so."""
+timed apart (prompt tokens/s). Both runs must produce the same greedy tokens (fp32) or say so.
+Memory: the weights resident on the device after load (params, packed 4-bit weights at their
+packed size, plus host constants), fp32 vs int4, split into packed integers and floats."""
 
 import argparse
 import os
@@ -25,7 +27,8 @@ import time
 import numpy as np
 
 import transmuter
-from _decoder import CONFIG, file_mb, kv_names, model_path, ort_step, weight_bytes
+from _decoder import (CONFIG, file_mb, kv_names, model_path, ort_step, weight_breakdown,
+                      weight_bytes)
 
 
 def greedy(step, prompt, n_new, kv_names, kv_heads, head_dim, total=None):
@@ -102,7 +105,7 @@ def main():
           f"{os.cpu_count()} cores, backend {args.backend}")
     print(f"{'':6} {'file MB':>8} {'weights MB':>10} {'compile s':>9} {'prompt tok/s':>22} "
           f"{'decode tok/s':>22} {'same tokens':>11}")
-    results = {}
+    results, memory = {}, {}
     for precision, path in paths.items():
         ref_tokens, ort_prompt, ort_decode = greedy(ort_step(path), prompt, args.new, names,
                                                     *shape)
@@ -116,12 +119,17 @@ def main():
         ours, theirs = n / our_decode, n / ort_decode
         same = sum(a == b for a, b in zip(tokens, ref_tokens))
         results[precision] = ours, theirs
+        memory[precision] = weight_bytes(model) / 1e6, weight_breakdown(model)
         print(f"{precision:6} {file_mb(path):>8.1f} {weight_bytes(model) / 1e6:>10.1f} "
               f"{compile_s:>9.1f} {args.prompt / our_prompt:>8.0f} vs ort "
               f"{args.prompt / ort_prompt:>6.0f} {ours:>8.1f} vs ort {theirs:>6.1f} "
               f"{same:>5}/{len(tokens)}")
     for precision, (ours, theirs) in results.items():
         print(f"{precision}: {args.backend}/ort decode = {ours / theirs:.2f}x")
+    for precision, (total, kinds) in memory.items():
+        print(f"{precision}: weights resident on the {args.backend} device {total:.1f} MB (packed "
+              f"integers {kinds['packed']:.1f} MB, floats {kinds['float']:.1f} MB)")
+    print(f"int4/fp32 weight memory: {memory['int4'][0] / memory['fp32'][0]:.2f}x")
     (fp_o, fp_t), (q_o, q_t) = results["fp32"], results["int4"]
     print(f"int4/fp32 decode speed-up: {args.backend} {q_o / fp_o:.2f}x, ort {q_t / fp_t:.2f}x")
 
