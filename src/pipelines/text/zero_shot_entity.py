@@ -198,7 +198,8 @@ class ZeroShotEntityRecognitionPipeline(Pipeline):
 
 def _gliner_config(config, repo):
     found = repo.json("gliner_config.json", None) if repo is not None else None
-    if found is None and isinstance(config, Mapping) and "span_mode" in config:
+    if found is None and isinstance(config, Mapping) and {"span_mode", "max_width",
+                                                           "class_token_index"} & set(config):
         found = config  # gliner_config.json given by hand as config=
     if not found:
         where = repo.label if repo is not None else "the model"
@@ -223,10 +224,9 @@ def _check_supported(gliner, pooling, span_model):
     if pooling not in POOLING:
         raise PipelineError(f"subtoken_pooling {pooling!r} in gliner_config.json; expected one "
                             f"of {POOLING}")
-    token_level = gliner.get("span_mode") in ("token_level", "token-level")
-    if token_level == span_model:
-        kind = "token_level" if token_level else repr(gliner.get("span_mode"))
-        raise PipelineError(f"gliner_config.json says span_mode {kind}, but the graph "
+    mode = gliner.get("span_mode")  # the graph decides; a config that says otherwise is wrong
+    if mode is not None and (mode in ("token_level", "token-level")) == span_model:
+        raise PipelineError(f"gliner_config.json says span_mode {mode!r}, but the graph "
                             f"{'takes' if span_model else 'lacks'} span_idx/span_mask")
 
 
