@@ -18,9 +18,13 @@ layer, subtoken_pooling "first", the whitespace words splitter):
 Export is gliner's own ``export_to_onnx`` (torch.onnx, opset 19), laid out as the onnx-community
 repos are: gliner_config.json and the tokenizer files at the root, the graph in onnx/model.onnx.
 
-Random weights put every logit near 0 (sigmoid near 0.5), so the last linear layer of the scoring
-head (prompt_rep_layer for spans, the scorer's out_mlp for tokens) is scaled by ``LOGIT_SCALE``:
-the scores then spread over (0, 1) and a threshold of 0.5 keeps some spans and drops others.
+Random weights give every span (word) nearly the same score for a label, near 0.5: a part common
+to all representations dominates and the logits are small. ``_spread_scores`` changes weights only:
+the bias of the head's last layer (span_rep_layer's out_project for spans, the scorer's out_mlp for
+tokens) loses its mean output over 24 CORPUS lines, and the scoring layer (prompt_rep_layer's last
+Linear for spans, out_mlp's last for tokens) is scaled by ``LOGIT_SCALE`` (logit std ~2): the scores
+then spread over (0, 1), so threshold 0.5 keeps some spans and drops others, and flat_ner,
+multi_label and the thresholds 0.3/0.8 each change the result.
 
 References:
     references/model.npz      onnxruntime outputs of onnx/model.onnx on a batch made by gliner's own
