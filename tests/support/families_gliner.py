@@ -23,8 +23,9 @@ to all representations dominates and the logits are small. ``_spread_scores`` ch
 the bias of the head's last layer (span_rep_layer's out_project for spans, the scorer's out_mlp for
 tokens) loses its mean output over 24 CORPUS lines, and the scoring layer (prompt_rep_layer's last
 Linear for spans, out_mlp's last for tokens) is scaled by ``LOGIT_SCALE`` (logit std ~2): the scores
-then spread over (0, 1), so threshold 0.5 keeps some spans and drops others, and flat_ner,
-multi_label and the thresholds 0.3/0.8 each change the result.
+then spread over (0, 1), so threshold 0.5 keeps some spans and drops others (on gliner-span,
+flat_ner, multi_label and the thresholds 0.3/0.8 each change the result; on gliner-token,
+flat_ner and threshold 0.3 do).
 
 References:
     references/model.npz      onnxruntime outputs of onnx/model.onnx on a batch made by gliner's own
