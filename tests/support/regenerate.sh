@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates every committed fixture in tests/fixtures/ from pinned versions.
 #   bash tests/support/regenerate.sh
-# Two environments: optimum-onnx 0.1.0 needs transformers < 4.58 (requirements-export.txt), while
-# onnxruntime-genai's model builder needs transformers 5 (requirements-genai.txt).
+# Three environments: optimum-onnx 0.1.0 needs transformers < 4.58 (requirements-export.txt),
+# onnxruntime-genai's model builder needs transformers 5 (requirements-genai.txt), and the gliner
+# package pins its own versions (requirements-gliner.txt).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/../.."
@@ -21,8 +22,10 @@ venv() {  # venv NAME REQUIREMENTS -> path of its python
 
 EXPORT="$(venv export "$HERE/requirements-export.txt")"
 GENAI="$(venv genai "$HERE/requirements-genai.txt")"
+GLINER="$(venv gliner "$HERE/requirements-gliner.txt")"
 
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
 time "$EXPORT" tests/support/families_pipelines.py
 time "$GENAI" tests/support/families_genai.py
+time "$GLINER" tests/support/families_gliner.py
