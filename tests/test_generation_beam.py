@@ -76,3 +76,19 @@ def test_beam_pipeline_outputs_and_errors():
     assert len(texts) == 3 and all(set(t) == {"generated_text"} for t in texts)
     with pytest.raises(PipelineError, match="beam"):
         p(case["prompt"], stream=True, num_beams=3, do_sample=False)
+
+
+def test_token_summary():
+    # counts by hand: no eos in 8 greedy tokens (see the reference); the prompt runs padded to a
+    # power of two; with an eos, beams that end early count fewer output tokens
+    p = pipe("gpt2")
+    greedy = next(c for c in cases("gpt2") if "num_beams" not in c["kwargs"])
+    n = len(greedy["prompt_ids"])
+    out = p(greedy["prompt"], token_summary=True, **greedy["kwargs"])[0]["token_summary"]
+    assert out == {"input": n, "output": 8, "padding": (1 << (n - 1).bit_length()) - n}
+    case = next(c for c in cases("gpt2") if "eos_token_id" in c["kwargs"]
+                and c["prompt"] == greedy["prompt"])
+    eos = case["kwargs"]["eos_token_id"]
+    outs = p(case["prompt"], token_summary=True, **case["kwargs"])
+    lengths = [s.index(eos) + 1 if eos in s else len(s) for s in case["sequences"]]
+    assert [o["token_summary"]["output"] for o in outs] == lengths

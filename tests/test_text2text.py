@@ -78,10 +78,15 @@ def test_task_names_and_output_keys():
     assert pipe("t5", "translation_en_to_de")(text, **kwargs) == [{"translation_text": expected}]
     beams = pipe("t5")(text, num_return_sequences=2, return_tensors=True, **kwargs)
     assert len(beams) == 2 and all(b["generated_token_ids"][0] == 0 for b in beams)  # start
+    # token counts by hand: 22 source tokens padded to 32, 8 new tokens, no eos (the reference)
+    summary = pipe("t5")(text, token_summary=True, **kwargs)[0]["token_summary"]
+    assert summary == {"input": 22, "output": 8, "padding": 10}
     with pytest.raises(Exception, match="takes no option"):
         pipe("t5")(text, frobnicate=1)
     with pytest.raises(InputError, match="empty"):
         pipe("t5")(" ")
+    with pytest.raises(Exception, match="truncation=True"):
+        pipe("bart")("word " * 200)  # BART's 128 learned positions
 
 
 def test_marian_tokenizer_equals_transformers():

@@ -104,6 +104,7 @@ class BeamSearch:
             state.lengths[:] += 1
             logits = stepper.step(running.reshape(B * k, T)[np.arange(B * k),
                                                             np.repeat(self.n + t - 1, k)])
+        self.steps = t
         return self._results(done_seqs, done_scores, done_len)
 
     def _improvable(self, run_scores, done_scores, finished, t):
@@ -118,12 +119,13 @@ class BeamSearch:
 
     def _results(self, seqs, scores, lengths):
         r = self.config.num_return_sequences
-        out, out_scores = [], []
+        out, out_scores, self.lengths = [], [], []
         for b in range(len(self.n)):
             longest = int(lengths[b, :r].max())
             new = seqs[b, :r, self.n[b]:self.n[b] + longest].copy()
             for j in range(r):
                 new[j, lengths[b, j]:] = self.fill
             out.append(new.tolist())
+            self.lengths.append(lengths[b, :r].tolist())
             out_scores.append(scores[b, :r].tolist())
         return out, out_scores

@@ -47,6 +47,7 @@ class Generator:
         self.write = model.backend.compile(lambda c, n, s: write_rows(model.backend.xp, c, n, s))
         self.context = next((self.model_config[k] for k in _CONTEXT_KEYS
                              if self.model_config.get(k)), None)
+        self.stats = None
 
     def _lengths(self, prompts, config):
         """Prompt lengths and new-token budgets [B]; a clear error past the model's context."""
@@ -91,7 +92,9 @@ class Generator:
         with self.model.backend.scope():
             stepper = self.stepper(rows, int(budget.max()), extra)
             logits = stepper.start()
-            return beam.run(stepper, state, build_processors(config), logits)
+            out = beam.run(stepper, state, build_processors(config), logits)
+        self.stats = Stats(beam.steps, stepper.prompt_padding()[::k], beam.lengths)
+        return out
 
     def _run(self, prompts, n, budget, config, decode, on_step, extra):
         rows = len(prompts)
@@ -126,7 +129,32 @@ class Generator:
             if done.all():
                 break
             logits = stepper.step(tokens)
+        self.stats = Stats(max(len(g) for g in generated), stepper.prompt_padding(),
+                           [[len(g)] for g in generated])
         return generated
+
+
+class Stats:
+    """What the last generation ran: ``steps`` (decode calls, the first included) and each row's
+    ``prompt_padding`` (positions its prompt was padded by), and per prompt the ``lengths`` of
+    its returned sequences (fill excluded); see ``token_summary``."""
+
+    def __init__(self, steps, prompt_padding, lengths):
+        self.steps, self.prompt_padding = int(steps), np.asarray(prompt_padding, np.int64)
+        self.lengths = lengths
+
+    def summaries(self, prompt_lengths):
+        """Per prompt, a token_summary per returned sequence."""
+        return [[token_summary(n, out, self.steps, pad) for out in outs]
+                for n, outs, pad in zip(prompt_lengths, self.lengths, self.prompt_padding)]
+
+
+def token_summary(prompt_tokens, output_tokens, steps, prompt_padding):
+    """{"input", "output", "padding"}: padding counts the positions the model ran for a row
+    beyond its own tokens (its prompt's padding, and the steps after it stopped while others
+    went on)."""
+    return {"input": int(prompt_tokens), "output": int(output_tokens),
+            "padding": int(prompt_padding) + int(steps) - int(output_tokens)}
 
 
 def _state(prompts, n, budget):

@@ -36,6 +36,13 @@ class Seq2SeqGenerator:
     def layout(self):
         return self.decoder.layout
 
+    @property
+    def stats(self):
+        """The decoder's last Stats, with the sources' padding as the prompt padding."""
+        stats = self.decoder.stats
+        stats.prompt_padding = self.source_padding
+        return stats
+
     def start_ids(self, config):
         start = config.decoder_start_token_id
         if start is None:
@@ -54,6 +61,7 @@ class Seq2SeqGenerator:
         mask = np.zeros((len(sources), width), np.int64)
         for b, s in enumerate(sources):
             ids[b, :len(s)], mask[b, :len(s)] = s, 1
+        self.source_padding = width - np.array([len(s) for s in sources], np.int64)
         feed = {"input_ids": ids, "attention_mask": mask}
         dtypes = {v.name: v.dtype for v in self.encoder.inputs}
         feed = {k: v.astype(dtypes[k]) for k, v in feed.items() if k in self.encoder_inputs}

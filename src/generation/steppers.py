@@ -54,6 +54,9 @@ class FixedCache(_Stepper):
                        self.layout.empty(len(prompts), self.capacity, gen.model_config).items()}
         self.mask, self.steps = None, 0
 
+    def prompt_padding(self):
+        return self.width - self.n
+
     def start(self):
         rows, width, capacity = len(self.prompts), self.width, self.capacity
         input_ids = np.zeros((rows, width), np.int64)
@@ -131,6 +134,9 @@ class GrowingCache(_Stepper):
         self.caches = [None] * len(self.groups)
         self.cross = [{} for _ in self.groups]
         self.past = [0] * len(self.groups)
+
+    def prompt_padding(self):
+        return np.zeros(len(self.prompts), np.int64)  # grouped by length: never padded
 
     def start(self):
         return self._each(lambda g, rows: np.array([self.prompts[i] for i in rows], np.int64),

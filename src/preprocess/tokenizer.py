@@ -201,9 +201,16 @@ class MarianTokenizer:
         target = "target.spm" if repo.has("target.spm") else "source.spm"
         return cls(repo.file("source.spm"), repo.file(target), vocab, config)
 
-    def encode(self, text, pair=None, *, add_special_tokens=True, **_):
+    def encode(self, text, pair=None, *, add_special_tokens=True, max_length=None,
+               truncation=False, **_):
+        """Ids of ``text`` (and ``pair``) then eos; ``truncation`` cuts the text's ids so the
+        whole fits ``max_length`` (default model_max_length), as transformers' longest_first
+        does for one sequence."""
         _check_text(text, "text")
         ids = self._ids(text) + (self._ids(pair) if pair is not None else [])
+        limit = max_length or self.model_max_length
+        if truncation and limit:
+            ids = ids[:max(limit - int(bool(add_special_tokens)), 0)]
         return _Encoding(ids + [self.eos_token_id] if add_special_tokens else ids)
 
     def _ids(self, text):

@@ -29,6 +29,10 @@ _GENERATORS = weakref.WeakKeyDictionary()
 class Text2TextGenerationPipeline(Pipeline):
     task = "text2text-generation"
     return_name = "generated"
+    # the second graph this task loads; factory.pipeline could pass its variant= on as
+    # encoder_variant= (until then the encoder follows the decoder's half precision or the
+    # repo's default)
+    encoder_component = "encoder_model"
 
     def __init__(self, model, tokenizer, config=None, *, repo=None, encoder=None,
                  encoder_variant=None, **kwargs):
@@ -51,7 +55,7 @@ class Text2TextGenerationPipeline(Pipeline):
 
     def _sanitize_parameters(self, return_tensors=None, return_text=None, return_type=None,
                              clean_up_tokenization_spaces=None, truncation=None, src_lang=None,
-                             tgt_lang=None, **options):
+                             tgt_lang=None, token_summary=False, **options):
         unknown = sorted(set(options) - _GENERATION_OPTIONS)
         if unknown:
             raise PipelineError(f"{self.task} takes no option(s) {unknown}; generation options "
@@ -66,12 +70,18 @@ class Text2TextGenerationPipeline(Pipeline):
         if config.pad_token_id is None and self.tokenizer.pad_token_id is not None:
             config.pad_token_id = self.tokenizer.pad_token_id  # as transformers' Pipeline does
         pre = {"truncation": truncation}
-        post = {"tensors": bool(tensors), "clean_up": bool(clean_up_tokenization_spaces)}
+        post = {"tensors": bool(tensors), "clean_up": bool(clean_up_tokenization_spaces),
+                "summary": bool(token_summary)}
         return pre, {"config": config}, post
 
     def preprocess(self, inputs, truncation=None):
         text = self.prefix + check_text(inputs, "input")
-        yield {"ids": list(self.tokenizer.encode(text, truncation=truncation or False).ids)}
+        ids = list(self.tokenizer.encode(text, truncation=truncation or False).ids)
+        if len(ids) > self.max_length:  # past the encoder's positions: an error, not garbage
+            raise PipelineError(f"The input has {len(ids)} tokens; the model takes at most "
+                                f"{self.max_length}. Pass truncation=True to cut it, or a "
+                                "shorter text")
+        yield {"ids": ids}
 
     def _forward(self, chunks, config):
         sources, start = [c["ids"] for c in chunks], self.generator.start_ids(config)
@@ -80,13 +90,22 @@ class Text2TextGenerationPipeline(Pipeline):
         else:
             new = [[n] for n in self.generator.generate(
                 sources, config, decode=lambda ids: self._decode(ids, False))]
-        return [dict(c, output_ids=[start + s for s in n]) for c, n in zip(chunks, new)]
+        summaries = self.generator.stats.summaries([len(s) for s in sources])
+        return [dict(c, output_ids=[start + s for s in n], summaries=t)
+                for c, n, t in zip(chunks, new, summaries)]
 
-    def postprocess(self, outputs, tensors=False, clean_up=False):
+    def postprocess(self, outputs, tensors=False, clean_up=False, summary=False):
+        """transformers' records; with ``token_summary=True`` each also has ``token_summary``
+        (input: source tokens, output: new tokens, padding: source padding + idle steps)."""
+        out = outputs[0]
         if tensors:
-            return [{f"{self.return_name}_token_ids": ids} for ids in outputs[0]["output_ids"]]
-        return [{f"{self.return_name}_text": self._decode(ids, clean_up)}
-                for ids in outputs[0]["output_ids"]]
+            records = [{f"{self.return_name}_token_ids": ids} for ids in out["output_ids"]]
+        else:
+            records = [{f"{self.return_name}_text": self._decode(ids, clean_up)}
+                       for ids in out["output_ids"]]
+        if summary:
+            records = [dict(r, token_summary=t) for r, t in zip(records, out["summaries"])]
+        return records
 
     def _decode(self, ids, clean_up):
         return self.tokenizer.decode(ids, skip_special_tokens=True,

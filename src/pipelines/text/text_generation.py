@@ -58,7 +58,7 @@ class TextGenerationPipeline(Pipeline):
     def _sanitize_parameters(self, return_full_text=None, return_tensors=None, return_text=None,
                              clean_up_tokenization_spaces=None, add_special_tokens=None,
                              template_options=None, tools=None, documents=None,
-                             chat_template_name=None, **options):
+                             chat_template_name=None, token_summary=False, **options):
         unknown = sorted(set(options) - _GENERATION_OPTIONS)
         if unknown:
             raise PipelineError(f"text-generation takes no option(s) {unknown}; generation "
@@ -70,7 +70,7 @@ class TextGenerationPipeline(Pipeline):
                "tools": tools, "documents": documents, "template_name": chat_template_name}
         post = {"return_type": "tensors" if return_tensors else
                 "new_text" if return_full_text is False else "full_text",
-                "clean_up": clean_up_tokenization_spaces}
+                "clean_up": clean_up_tokenization_spaces, "summary": bool(token_summary)}
         return pre, {"config": config}, post
 
     # --- inputs --------------------------------------------------------------------------------
@@ -106,16 +106,24 @@ class TextGenerationPipeline(Pipeline):
         prompts = [c["ids"] for c in chunks]
         if config.num_beams > 1:
             new, _ = self.generator.beam_search(prompts, config)
-            return [dict(c, new_ids=n) for c, n in zip(chunks, new)]
+            summaries = self.generator.stats.summaries([len(p) for p in prompts])
+            return [dict(c, new_ids=n, summaries=t) for c, n, t in zip(chunks, new, summaries)]
         # num_return_sequences (sampling): each prompt runs that many rows, as generate expands
         r = config.num_return_sequences
-        flat = self.generator.generate([p for p in prompts for _ in range(r)], config,
-                                       decode=lambda ids: self._decode(ids, None))
-        return [dict(c, new_ids=flat[i * r:(i + 1) * r]) for i, c in enumerate(chunks)]
+        rows = [p for p in prompts for _ in range(r)]
+        flat = self.generator.generate(rows, config, decode=lambda ids: self._decode(ids, None))
+        summaries = [t[0] for t in self.generator.stats.summaries([len(p) for p in rows])]
+        return [dict(c, new_ids=flat[i * r:(i + 1) * r], summaries=summaries[i * r:(i + 1) * r])
+                for i, c in enumerate(chunks)]
 
-    def postprocess(self, outputs, return_type="full_text", clean_up=None):
+    def postprocess(self, outputs, return_type="full_text", clean_up=None, summary=False):
+        """transformers' records; with ``token_summary=True`` each also has ``token_summary``:
+        input, output and padding token counts (loop.token_summary)."""
         out = outputs[0]
-        return [self._record(out, new, return_type, clean_up) for new in out["new_ids"]]
+        records = [self._record(out, new, return_type, clean_up) for new in out["new_ids"]]
+        if summary:
+            records = [dict(r, token_summary=t) for r, t in zip(records, out["summaries"])]
+        return records
 
     def _record(self, out, new_ids, return_type, clean_up):
         sequence = list(out["ids"]) + list(new_ids)
