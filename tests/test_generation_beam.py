@@ -5,7 +5,8 @@ makes beams finish at different steps. Ids are compared exactly (argmax / top-k 
 logits match onnxruntime to ~1e-5, far from the recorded score gaps).
 
 Cache modes: gpt2's merged decoder with position_ids (fixed buffer), the same graph forced to the
-growing cache (as Xenova/gpt2 exports without position_ids need), llama (position_ids, one graph).
+growing cache (as Xenova/gpt2 exports without position_ids need), llama (position_ids, one graph);
+gpt2 greedy and beams on MLX too.
 """
 
 import json
@@ -92,3 +93,15 @@ def test_token_summary():
     outs = p(case["prompt"], token_summary=True, **case["kwargs"])
     lengths = [s.index(eos) + 1 if eos in s else len(s) for s in case["sequences"]]
     assert [o["token_summary"]["output"] for o in outs] == lengths
+
+
+def test_mlx_greedy_and_beam():
+    pytest.importorskip("mlx.core")
+    p = transmuter.pipeline("text-generation", os.path.join(FIXTURES, "gpt2"), variant="fp32",
+                            backend="mlx")
+    with open(os.path.join(FIXTURES, "gpt2", "references", "pipeline_text-generation.json")) as f:
+        call = json.load(f)["calls"][0]
+    assert p(call["inputs"], batch_size=2, **call["call_kwargs"]) == call["outputs"]
+    case = next(c for c in cases("gpt2") if c["kwargs"].get("num_return_sequences") == 3)
+    out = p(case["prompt"], return_tensors=True, **case["kwargs"])
+    assert [o["generated_token_ids"][len(case["prompt_ids"]):] for o in out] == case["sequences"]

@@ -33,8 +33,12 @@ class _Stepper:
         feed.update(caches)
         return fn(feed)
 
+    def _device(self, x):
+        # compiled helpers take device arrays (mx.compile refuses NumPy arguments)
+        return self.gen.model.backend.asarray(np.asarray(x, np.int64))
+
     def _reorder(self, caches, rows):
-        at = np.asarray(rows, np.int64)
+        at = self._device(rows)
         return {k: self._take(v, at) for k, v in caches.items()}
 
 
@@ -109,7 +113,7 @@ class FixedCache(_Stepper):
         if self.layout.mode == "inplace":
             self.caches = {info.name: out[present] for info, present in pairs}
             return
-        at = np.asarray(slot, np.int64)
+        at = self._device(slot)
         self.caches = {info.name: self.gen.write(self.caches[info.name],
                                                  out[present][:, :, self.capacity:], at)
                        for info, present in pairs}
