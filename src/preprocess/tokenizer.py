@@ -83,6 +83,13 @@ class Tokenizer:
         self._set_truncation(max_length if truncation else None, truncation, stride)
         return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
 
+    def encode_words(self, words, *, max_length=None, truncation="longest_first"):
+        """transformers' ``tokenizer(words, is_split_into_words=True, truncation=...)``: each
+        word tokenized on its own (``word_ids`` tell them apart)."""
+        max_length = max_length or self.model_max_length
+        self._set_truncation(max_length if truncation else None, truncation, 0)
+        return self.backend.encode(list(words), is_pretokenized=True)
+
     def _set_truncation(self, max_length, strategy, stride):
         # tokenizers keeps truncation as state; change it only when it changes (it is cheap, but
         # the encodings must never see a stale setting).

@@ -264,9 +264,7 @@ def _label_set(labels):
 def _encode_words(tokenizer, words):
     """transformers' ``tokenizer(words, is_split_into_words=True, truncation=True)``: each word
     tokenized on its own (``word_ids`` tell them apart), cut at model_max_length."""
-    # the Tokenizer keeps the backend's truncation state: set it through its own method
-    tokenizer._set_truncation(tokenizer.model_max_length, "longest_first", 0)
-    return tokenizer.backend.encode(words, is_pretokenized=True)
+    return tokenizer.encode_words(words)
 
 
 def _words_mask(word_ids, skip, pooling):
