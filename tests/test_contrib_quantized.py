@@ -58,6 +58,20 @@ def test_matmul_nbits_rows(backend, lead, m):
     check(model, inputs, backend, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("zp", [None, "packed", "float"])
+def test_matmul_nbits_row_blocks(backend, zp, monkeypatch):
+    # W dequantized in row blocks (CHUNK_WEIGHTS; 5 rows here, the last block 4 rows), each from
+    # its own rows of B, scales and zero points.
+    from transmuter.ops.contrib import quantized_matmul
+
+    monkeypatch.setattr(quantized_matmul, "CHUNK_WEIGHTS", 64 * 5)
+    inputs = nbits_inputs(64, 24, 4, 32, zp, bias=True, m=10)
+    model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=64, N=24, bits=4,
+                        block_size=32)
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("bits,block,zp,native", [
     (4, 32, "packed", True), (8, 64, None, True), (2, 128, "float", True),
     (4, 16, None, False), (4, 256, None, False)])

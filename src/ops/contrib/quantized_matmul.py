@@ -91,6 +91,29 @@ def nbits_product(xp, a, w):
     return xp.reshape(y, lead + (w.shape[0],))
 
 
+# Weights dequantized at once, at most (4 MB of f32). For a prompt (many rows) XLA writes the f32
+# matrix before its dot; whole, a 16384 x 512 lm_head's 33 MB buffer is mapped fresh on every
+# call, and the page faults cost more than the dot (64 rows: 142 ms whole, 60 ms in 4 MB pieces,
+# measured on 2 CPU cores). One row never writes it (see ROWWISE_MAX_M); this changes nothing there.
+CHUNK_WEIGHTS = 1 << 20
+
+
+def _dequantized_chunks(xp, b, scales, zero_points, g_idx, *, k, n, bits, block_size):
+    """W (N, K) in f32 as row blocks of at most CHUNK_WEIGHTS weights, each dequantized from its
+    own rows of B, scales and zero points."""
+    rows = max(1, CHUNK_WEIGHTS // k)
+    if n <= rows:
+        return [dequantize_nbits(xp, b, scales, zero_points, g_idx, k=k, n=n, bits=bits,
+                                 block_size=block_size)]
+    b = xp.reshape(b, (n, -1))
+    scales = xp.reshape(scales, (n, -1))
+    zero_points = None if zero_points is None else xp.reshape(zero_points, (n, -1))
+    return [dequantize_nbits(xp, b[s:s + rows], scales[s:s + rows],
+                             None if zero_points is None else zero_points[s:s + rows], g_idx,
+                             k=k, n=min(rows, n - s), bits=bits, block_size=block_size)
+            for s in range(0, n, rows)]
+
+
 # The layouts a namespace's packed kernel takes (MLX's affine quantized_matmul): MLX packs
 # elements lowest bits first into little-endian uint32 words, which is ORT's byte order read four
 # bytes at a time, so B needs no repacking, only a view.
@@ -120,9 +143,9 @@ def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K
     y = native_nbits(xp, a, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
                      block_size=block_size)
     if y is None:
-        w = dequantize_nbits(xp, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
-                             block_size=block_size)
-        y = nbits_product(xp, f32(xp, a), w)
+        y = xp.concatenate([nbits_product(xp, f32(xp, a), w) for w in _dequantized_chunks(
+            xp, b, scales, zero_points, g_idx, k=K, n=N, bits=bits, block_size=block_size)],
+            axis=-1)
     if bias is not None:
         y = y + f32(xp, bias)
     return xp.astype(y, xp.dtype_of(a))
