@@ -80,13 +80,20 @@ def test_beam_pipeline_outputs_and_errors():
 
 
 def test_token_summary():
-    # counts by hand: no eos in 8 greedy tokens (see the reference); the prompt runs padded to a
-    # power of two; with an eos, beams that end early count fewer output tokens
+    # counts by hand: no eos in 8 greedy tokens (see the reference); a prompt alone runs in
+    # chunks with no padding, a shorter row beside a longer one is padded to its length; with an
+    # eos, beams that end early count fewer output tokens
     p = pipe("gpt2")
     greedy = next(c for c in cases("gpt2") if "num_beams" not in c["kwargs"])
     n = len(greedy["prompt_ids"])
     out = p(greedy["prompt"], token_summary=True, **greedy["kwargs"])[0]["token_summary"]
-    assert out == {"input": n, "output": 8, "padding": (1 << (n - 1).bit_length()) - n}
+    assert out == {"input": n, "output": 8, "padding": 0}
+    both = p([greedy["prompt"], "word " * 20], token_summary=True, batch_size=2,
+             **greedy["kwargs"])
+    m = len(p.tokenizer.encode("word " * 20).ids)
+    assert both[0][0]["token_summary"] == {"input": n, "output": 8, "padding": m - n}
+    second = both[1][0]["token_summary"]  # idle steps after an early eos count as padding
+    assert second["input"] == m and second["padding"] == 8 - second["output"]
     case = next(c for c in cases("gpt2") if "eos_token_id" in c["kwargs"]
                 and c["prompt"] == greedy["prompt"])
     eos = case["kwargs"]["eos_token_id"]
@@ -105,3 +112,13 @@ def test_mlx_greedy_and_beam():
     case = next(c for c in cases("gpt2") if c["kwargs"].get("num_return_sequences") == 3)
     out = p(case["prompt"], return_tensors=True, **case["kwargs"])
     assert [o["generated_token_ids"][len(case["prompt_ids"]):] for o in out] == case["sequences"]
+
+
+def test_prompt_chunks_equal_the_whole_prompt():
+    # a 100-token prompt runs as 64 + 32 + 4 chunks into the buffer (concat mode); the growing
+    # cache runs it whole: both were checked against transformers above, here on a long prompt
+    # with rows of two lengths (100 and 37 = 32 + 4 + 1 chunks of the same shapes)
+    prompts = [[(7 * i) % 500 + 3 for i in range(100)], [(11 * i) % 500 + 3 for i in range(37)]]
+    config = GenerationConfig.from_dicts({}, pipe("gpt2").config, max_new_tokens=4)
+    chunked = generator("gpt2", None).generate(prompts, config)
+    assert chunked == generator("gpt2", "grow").generate(prompts, config)

@@ -45,14 +45,17 @@ class _Stepper:
 class FixedCache(_Stepper):
     """``inplace`` and ``concat`` modes (cache.py): one buffer of ``capacity`` rows per layer.
 
-    The prompt is right-padded to a power of two, so it compiles once per padded length and
-    every decode step shares one compiled shape."""
+    concat: the prompt runs in power-of-two chunks (a 100-token prompt as 64 + 32 + 4), each
+    written into the buffer after the last, so a few chunk shapes cover every prompt length.
+    inplace: the op takes its first prompt whole, right-padded to a power of two. Every decode
+    step shares one compiled shape."""
 
     def __init__(self, gen, prompts, budget):
         super().__init__(gen)
         self.prompts = prompts
         self.n = np.array([len(p) for p in prompts], np.int64)
-        self.width = next_pow2(self.n.max())
+        self.chunked = self.layout.mode == "concat"
+        self.width = int(self.n.max()) if self.chunked else next_pow2(self.n.max())
         self.capacity = max(next_pow2(self.width + int(budget)), MIN_CAPACITY)
         self.caches = {k: gen.model.backend.asarray(v) for k, v in
                        self.layout.empty(len(prompts), self.capacity, gen.model_config).items()}
@@ -62,24 +65,39 @@ class FixedCache(_Stepper):
         return self.width - self.n
 
     def start(self):
-        rows, width, capacity = len(self.prompts), self.width, self.capacity
+        rows, width = len(self.prompts), self.width
         input_ids = np.zeros((rows, width), np.int64)
         real = np.zeros((rows, width), np.int64)
         for b, p in enumerate(self.prompts):
             input_ids[b, :len(p)], real[b, :len(p)] = p, 1
-        feed = {"input_ids": input_ids}
-        if self.layout.has_positions:
-            feed["position_ids"] = np.broadcast_to(np.arange(width), (rows, width)).copy()
-        if self.layout.mode == "inplace":
-            feed["attention_mask"] = real  # the op's first prompt: mask as wide as the prompt
-        else:
-            self.mask = np.zeros((rows, capacity), np.int64)
-            feed["attention_mask"] = np.concatenate([self.mask, real], axis=1)
-        out = self._call(self.gen.fn, feed, self.caches)
-        self._store(out, 0)
-        if self.mask is not None:
-            self.mask[:, :width] = real
-        return np.asarray(out[self.layout.logits])[np.arange(rows), self.n - 1]
+        if not self.chunked:
+            feed = {"input_ids": input_ids, "attention_mask": real}  # mask as wide as the prompt
+            if self.layout.has_positions:
+                feed["position_ids"] = np.broadcast_to(np.arange(width), (rows, width)).copy()
+            out = self._call(self.gen.fn, feed, self.caches)
+            self._store(out, 0)
+            return np.asarray(out[self.layout.logits])[np.arange(rows), self.n - 1]
+        self.mask = np.zeros((rows, self.capacity), np.int64)
+        logits, at = None, 0
+        for size in _pow2_chunks(width):
+            part = slice(at, at + size)
+            # the buffer's free rows are masked; causality inside the chunk is the graph's own
+            feed = {"input_ids": input_ids[:, part],
+                    "attention_mask": np.concatenate([self.mask, real[:, part]], axis=1)}
+            if self.layout.has_positions:
+                feed["position_ids"] = np.broadcast_to(np.arange(at, at + size),
+                                                       (rows, size)).copy()
+            out = self._call(self.gen.fn, feed, self.caches)
+            self._store(out, at)
+            self.mask[:, part] = real[:, part]
+            last = self.n - 1 - at  # each row's last prompt token, where it is in this chunk
+            inside = (last >= 0) & (last < size)
+            chunk = np.asarray(out[self.layout.logits])
+            if logits is None:
+                logits = np.zeros((rows, chunk.shape[-1]), chunk.dtype)
+            logits[inside] = chunk[np.nonzero(inside)[0], last[inside]]
+            at += size
+        return logits
 
     def step(self, tokens):
         """Each row's token at its own position (its prompt length + steps so far)."""
@@ -196,3 +214,8 @@ def _padded(x):
     """``x`` with rows appended (copies of row 0) up to a power of two."""
     extra = next_pow2(len(x)) - len(x)
     return x if not extra else np.concatenate([x, np.repeat(x[:1], extra, axis=0)])
+
+
+def _pow2_chunks(n):
+    """``n`` as powers of two, largest first (100 -> [64, 32, 4])."""
+    return [1 << b for b in reversed(range(int(n).bit_length())) if int(n) >> b & 1]
