@@ -1,7 +1,7 @@
 """KV-cache modes, read from the graph's inputs and ops (no per-architecture code).
 
-Every mode keeps a fixed buffer of ``capacity`` rows per layer, so the prompt compiles once per
-padded prompt length and every decode step shares one compiled shape.
+``inplace`` and ``concat`` keep a fixed buffer of ``capacity`` rows per layer, so every decode
+step shares one compiled shape (steppers.FixedCache); ``grow`` cannot (steppers.GrowingCache).
 
 - ``inplace`` (a GroupQueryAttention graph, onnx-community / onnxruntime-genai): the op writes the
   new rows into the past buffer itself, at each row's valid length (attention-mask row sums give
