@@ -63,6 +63,11 @@ class Text2TextGenerationPipeline(Pipeline):
         if truncation not in (None, False, True, "longest_first", "only_first"):
             raise PipelineError(f"truncation must be a bool or 'longest_first', got "
                                 f"{truncation!r}")
+        if src_lang is not None or tgt_lang is not None:
+            # NLLB / M2M100 language tokens need those tokenizers' templates: refuse rather
+            # than translate from or into the wrong language
+            raise PipelineError("src_lang / tgt_lang (NLLB, M2M100) are not implemented yet; "
+                                "Marian and T5 take the language from the model or the prefix")
         tensors = return_type == "tensors" or (return_tensors and return_type is None)
         config = GenerationConfig.from_dicts(self.generation_file, self.config,
                                              pipeline_defaults=PIPELINE_DEFAULTS,
