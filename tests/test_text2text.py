@@ -99,3 +99,12 @@ def test_marian_tokenizer_equals_transformers():
     assert [tok.encode(t).ids for t in ref["texts"]] == ref["ids"]
     assert tok.decode(ref["decode_ids"]) == ref["decoded"]
     assert tok.decode(ref["decode_ids"], skip_special_tokens=True) == ref["decoded_skip"]
+
+
+def test_encoder_takes_the_pipeline_variant():
+    # variant="quantized" must load encoder_model_quantized.onnx with the quantized decoder,
+    # not the fp32 encoder (loading only: no generation, nothing compiles)
+    p = transmuter.pipeline("text2text-generation", os.path.join(FIXTURES, "t5"),
+                            variant="quantized")
+    for graph in (p.model.graph, p.generator.encoder.graph):
+        assert any(n.op_type == "DynamicQuantizeLinear" for n in graph.nodes)

@@ -43,6 +43,8 @@ def pipeline(task, model=None, *, tokenizer=None, config=None, backend="jax", co
         raise PipelineError("A model given as a transmuter.Model needs config= (config.json as a "
                             "dict, or the repo/folder it came from)")
     tokenizer = _tokenizer(tokenizer, repo, where)
+    if getattr(cls, "encoder_component", None) and variant is not None:
+        options.setdefault("encoder_variant", variant)  # the encoder takes the decoder's variant
     return cls(model, tokenizer, config, repo=repo, **options)
 
 

@@ -29,9 +29,7 @@ _GENERATORS = weakref.WeakKeyDictionary()
 class Text2TextGenerationPipeline(Pipeline):
     task = "text2text-generation"
     return_name = "generated"
-    # the second graph this task loads; factory.pipeline could pass its variant= on as
-    # encoder_variant= (until then the encoder follows the decoder's half precision or the
-    # repo's default)
+    # the second graph this task loads; factory.pipeline passes its variant= on as encoder_variant=
     encoder_component = "encoder_model"
 
     def __init__(self, model, tokenizer, config=None, *, repo=None, encoder=None,
