@@ -85,7 +85,8 @@ def _lines(stream, is_json):
 
 def _split(records):
     """Two lazy views of one stream: metadata for the writer, inputs for the pipeline (the
-    pipeline reads ahead at most a batch, so a small queue joins them)."""
+    pipeline reads ahead up to ``lookahead_batches`` batches; the queue holds their metadata
+    until their results come)."""
     import collections
     queue = collections.deque()
     iterator = iter(records)
