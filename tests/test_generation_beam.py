@@ -5,7 +5,9 @@ makes beams finish at different steps. Ids are compared exactly (argmax / top-k 
 logits match onnxruntime to ~1e-5, far from the recorded score gaps).
 
 Cache modes: gpt2's merged decoder with position_ids (fixed buffer), the same graph forced to the
-growing cache (as Xenova/gpt2 exports without position_ids need), llama (position_ids, one graph);
+growing cache (as Xenova/gpt2 exports without position_ids need), llama (position_ids, one graph),
+llama-gqa and qwen3-gqa (GroupQueryAttention writing the cache in place: reordering beams moves
+whole buffer rows; references from tests/support/families_genai.py --record-beam, transformers 5);
 gpt2 greedy and beams on MLX too.
 """
 
@@ -56,6 +58,30 @@ def test_greedy_and_beams_equal_transformers_generate(name, cache):
         else:
             got = [gen.generate([case["prompt_ids"]], config)[0]]
         assert got == case["sequences"], case["kwargs"]
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen3-gqa"])
+def test_inplace_cache_beams_equal_transformers_generate(name):
+    # the chat prompt and a short one (59 / 22 and 6 tokens) in one batch where the options are
+    # the same: each row writes its keys at its own length, and reordering beams must carry whole
+    # buffer rows. transformers ran each prompt alone; batched must give the same ids. Exact ids:
+    # the fp32 graphs match torch to 1.1e-5 (manifest torch_max_abs_diff), far below the gaps
+    # between recorded beam scores.
+    p, gen = pipe(name), generator(name, None)
+    assert gen.layout.mode == "inplace"
+    groups = {}
+    for case in cases(name):
+        assert p.tokenizer.encode(case["prompt"]).ids == case["prompt_ids"]
+        groups.setdefault(json.dumps(case["kwargs"], sort_keys=True), []).append(case)
+    assert any(len(g) == 2 for g in groups.values())
+    for group in groups.values():
+        config = GenerationConfig.from_dicts(p.generation_file, p.config, **group[0]["kwargs"])
+        prompts = [c["prompt_ids"] for c in group]
+        if config.num_beams > 1:
+            got = gen.beam_search(prompts, config)[0]
+        else:
+            got = [[g] for g in gen.generate(prompts, config)]
+        assert got == [c["sequences"] for c in group], group[0]["kwargs"]
 
 
 def test_growing_cache_groups_rows_by_prompt_length():

@@ -9,6 +9,11 @@ tokenizer files at the root). References follow tests/support/README.md.
 Runs in the genai environment (transformers 5, onnxruntime-genai): see requirements-genai.txt.
 
     /work/venvs/genai/bin/python tests/support/families_genai.py [--out tests/fixtures] [--only NAME]
+    /work/venvs/genai/bin/python tests/support/families_genai.py --record-beam [--only NAME]
+
+``--record-beam`` rebuilds each fixture's PyTorch model (same config, same seed), checks that it
+gives references/generate.json's greedy ids, and writes references/generate_beam.json: greedy and
+beam-search ``generate`` ids in record_generation.py's format and cases.
 """
 
 from __future__ import annotations
@@ -545,15 +550,64 @@ def build_fixture(name: str, dest: Path, work: Path):
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
 
+# ----------------------------------------------------------------------------------------------
+# Beam references
+
+
+def record_beam(name: str, dest: Path, work: Path):
+    """generate_beam.json for the fixture at ``dest`` from its rebuilt torch model. The cases are
+    record_generation.py's; the generation config is the fixture's generation_config.json (as the
+    pipeline reads it: qwen3's two eos ids), do_sample off."""
+    import torch
+    import transformers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import record_generation as rg
+
+    model, _ = make_hf_folder(name, work / "hf")
+    ref = json.loads((dest / "references" / "generate.json").read_text())
+    chat_ids = ref["prompt_ids"]
+    with torch.no_grad():  # the call build_fixture recorded, on the model's own defaults
+        again = model.generate(torch.tensor([chat_ids]), attention_mask=torch.ones(1, len(chat_ids), dtype=torch.long),
+                               do_sample=False, max_new_tokens=ref["max_new_tokens"])
+    if again[0, len(chat_ids):].tolist() != ref["transformers"]:
+        raise SystemExit(f"{name}: the rebuilt model does not reproduce generate.json's greedy ids")
+    model.generation_config = transformers.GenerationConfig.from_pretrained(str(dest))
+    tok = transformers.AutoTokenizer.from_pretrained(str(dest))
+    prompts = [(ref["prompt_text"], chat_ids), (PLAIN_PROMPT, tok(PLAIN_PROMPT, add_special_tokens=False)["input_ids"])]
+    cases = []
+    with torch.no_grad():
+        for text, ids in prompts:
+            x = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+            greedy_new = model.generate(**x, max_new_tokens=rg.NEW, do_sample=False)[0, len(ids):].tolist()
+            for kwargs in rg._cases(tok, "decoder", greedy_new):
+                res = model.generate(**x, **kwargs, return_dict_in_generate=True, output_scores=True)
+                case = {"prompt": text, "prompt_ids": ids, "kwargs": kwargs,
+                        "sequences": [s[len(ids):].tolist() for s in res.sequences]}
+                if getattr(res, "sequences_scores", None) is not None:
+                    case["sequence_scores"] = res.sequences_scores.tolist()
+                cases.append(case)
+    out = {"generator": "tests/support/families_genai.py --record-beam",
+           "transformers": transformers.__version__, "cases": cases}
+    path = dest / "references" / "generate_beam.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{name}: {len(cases)} cases -> {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures")
     ap.add_argument("--only", action="append", choices=sorted(FAMILIES))
+    ap.add_argument("--record-beam", action="store_true",
+                    help="only record references/generate_beam.json for the existing fixtures")
     args = ap.parse_args()
     for name in args.only or FAMILIES:
-        print(f"building {name}")
+        print(f"{'recording beams for' if args.record_beam else 'building'} {name}")
         with tempfile.TemporaryDirectory(prefix=f"genai-{name}-") as work:
-            build_fixture(name, args.out / name, Path(work))
+            if args.record_beam:
+                record_beam(name, args.out / name, Path(work))
+            else:
+                build_fixture(name, args.out / name, Path(work))
 
 
 if __name__ == "__main__":

@@ -29,4 +29,5 @@ time "$EXPORT" tests/support/families_vision_audio.py
 time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
 time "$GENAI" tests/support/families_genai.py
+time "$GENAI" tests/support/families_genai.py --record-beam  # beam references for the GQA fixtures
 time "$GLINER" tests/support/families_gliner.py
