@@ -7,7 +7,13 @@
 The ids, type ids, offsets and special-token masks are the ``tokenizers`` encodings themselves,
 which is what ``PreTrainedTokenizerFast`` returns, so they match transformers' ids exactly.
 Truncation and padding stored in tokenizer.json are switched off: the pipeline decides them.
+
+Translation tokenizers (NLLB, M2M100) take a source language: ``encode(text, src_lang="fra_Latn")``
+puts its token where tokenizer.json's TemplateProcessing has the language token (see
+``set_source_language``); ``language_token_id("fra_Latn")`` is the target's forced first token.
 """
+
+import json
 
 import numpy as np
 
@@ -42,6 +48,14 @@ class Tokenizer:
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", None if token is None else backend.token_to_id(token))
         self.all_special_ids = self._special_ids()
+        self.languages = _language_codes(self.config, backend)
+        self._post_processors = {None: backend.post_processor}
+        self._source_language = None
+        if self.languages and self.config.get("src_lang"):
+            # transformers' NllbTokenizerFast / M2M100 rebuild the template from the config's src_lang
+            self._post_processors[None] = self._language_processor(
+                self.language_token(self.config["src_lang"]))
+            backend.post_processor = self._post_processors[None]
 
     @classmethod
     def from_repo(cls, repo):
@@ -56,8 +70,9 @@ class Tokenizer:
             raise TokenizerError(f"{repo.label} has no tokenizer.json (only fast tokenizers are "
                                  "supported); pass tokenizer=... or use a repo that has one")
         config = repo.json("tokenizer_config.json", {})
+        # a key the config leaves null (NLLB's additional_special_tokens) comes from the map
         config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
-                       if k not in config})
+                       if config.get(k) is None})
         return cls(Backend.from_file(repo.file("tokenizer.json")), config)
 
     def _special_ids(self):
@@ -72,15 +87,16 @@ class Tokenizer:
     # --- encoding ------------------------------------------------------------------------------
 
     def encode(self, text, pair=None, *, add_special_tokens=True, max_length=None,
-               truncation="longest_first", stride=0):
+               truncation="longest_first", stride=0, src_lang=None):
         """One ``tokenizers.Encoding`` (with ``.overflowing`` windows when ``stride`` > 0 or
         overflow happens). ``max_length=None`` uses model_max_length; ``truncation=False`` keeps
-        everything."""
+        everything. ``src_lang``: a language code of a translation tokenizer (None: its default)."""
         _check_text(text, "text")
         if pair is not None:
             _check_text(pair, "text_pair")
         max_length = max_length or self.model_max_length
         self._set_truncation(max_length if truncation else None, truncation, stride)
+        self.set_source_language(src_lang)
         return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
 
     def encode_words(self, words, *, max_length=None, truncation="longest_first"):
@@ -105,6 +121,55 @@ class Tokenizer:
             self.backend.enable_truncation(max_length, stride=stride,
                                            strategy=_STRATEGIES[strategy])
         self._truncation = key
+
+    # --- languages (NLLB, M2M100) --------------------------------------------------------------
+
+    def language_token(self, code):
+        """The token of language ``code``: the code itself (NLLB ``fra_Latn``) or ``__code__``
+        (M2M100 ``fr`` -> ``__fr__``, transformers' ``get_lang_token``)."""
+        if not isinstance(code, str):
+            raise TokenizerError(f"A language code must be a string, got {code!r:.80}")
+        for token in (code, f"__{code}__"):
+            if token in self.languages:
+                return token
+        if not self.languages:
+            raise TokenizerError(f"Language {code!r}: this tokenizer has no language codes "
+                                 "(tokenizer_config.json has no src_lang / language list)")
+        some = ", ".join(self.languages[:5])
+        raise TokenizerError(f"Unknown language code {code!r}; this tokenizer has "
+                             f"{len(self.languages)} codes, e.g. {some}")
+
+    def language_token_id(self, code):
+        """Id of language ``code``'s token: transformers' ``forced_bos_token_id`` for tgt_lang."""
+        return self.backend.token_to_id(self.language_token(code))
+
+    def set_source_language(self, code):
+        """Encode with language ``code`` placed as the template places it (None: the default).
+        tokenizers keeps the post-processor as state, as it keeps truncation: set on change."""
+        token = None if code is None else self.language_token(code)
+        if token == self._source_language:
+            return
+        if token not in self._post_processors:
+            self._post_processors[token] = self._language_processor(token)
+        self.backend.post_processor = self._post_processors[token]
+        self._source_language = token
+
+    def _language_processor(self, token):
+        """tokenizer.json's TemplateProcessing with its language token swapped for ``token``
+        (``legacy_behaviour`` in the config, when given, places it: after eos or first)."""
+        from tokenizers import processors
+
+        state = json.loads(self._post_processors[None].__getstate__()) \
+            if self._post_processors[None] is not None else {}
+        if state.get("type") != "TemplateProcessing":
+            raise TokenizerError("src_lang needs tokenizer.json's post_processor to be a "
+                                 f"TemplateProcessing; this one is {state.get('type')!r}")
+        legacy = self.config.get("legacy_behaviour")
+        single, pair = (_template_with(state[k], token, self.languages, legacy)
+                        for k in ("single", "pair"))
+        specials = [v for k, v in state["special_tokens"].items() if k not in self.languages]
+        specials.append((token, self.backend.token_to_id(token)))
+        return processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
 
     def pad(self, encodings, length, names=("input_ids", "attention_mask", "token_type_ids"),
             rows=None):
@@ -150,6 +215,33 @@ class Tokenizer:
     @property
     def continuing_subword_prefix(self):
         return getattr(self.backend.model, "continuing_subword_prefix", None)
+
+
+def _language_codes(config, backend):
+    """The language tokens of a translation tokenizer: additional_special_tokens in the vocab,
+    when the config says it has languages (NLLB and M2M100 save ``src_lang``; M2M100
+    ``language_codes``). Other tokenizers' extra special tokens are not languages."""
+    if "src_lang" not in config and "language_codes" not in config:
+        return []
+    tokens = (_content(t) for t in config.get("additional_special_tokens") or [])
+    return [t for t in tokens if isinstance(t, str) and backend.token_to_id(t) is not None]
+
+
+def _template_with(items, token, languages, legacy):
+    """A TemplateProcessing template (tokenizer.json items) as tokenizers' strings, with the
+    language token ``token``: where the template had one, or per ``legacy`` (True: last, as
+    NLLB's ``tokens </s> [lang]``; False: first, ``[lang] tokens </s>``)."""
+    strings, where = [], None
+    for item in items:
+        kind, info = next(iter(item.items()))
+        if kind == "SpecialToken" and info["id"] in languages:
+            where = len(strings)
+            continue
+        strings.append(("$" if kind == "Sequence" else "") + f"{info['id']}:{info['type_id']}")
+    if legacy is not None or where is None:
+        where = len(strings) if legacy else 0
+    strings.insert(where, f"{token}:0")
+    return strings
 
 
 class _Encoding:

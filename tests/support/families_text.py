@@ -1,4 +1,4 @@
-"""Tiny text-model fixtures: BERT, DistilBERT, XLM-RoBERTa, GPT-2, Llama, Qwen3, T5, Marian, BART.
+"""Tiny text-model fixtures: BERT, DistilBERT, XLM-RoBERTa, GPT-2, Llama, Qwen3, T5, Marian, BART, NLLB.
 
 Usage (export environment only; no network, no Hub downloads):
 
@@ -148,6 +148,21 @@ def marian_tokenizer(work: Path):
         source_spm=str(spm), target_spm=str(work / "target.spm"), vocab=str(work / "vocab.json"),
         source_lang="en", target_lang="de", model_max_length=512,
     )
+
+
+NLLB_LANGS = ["eng_Latn", "fra_Latn", "deu_Latn", "spa_Latn", "zho_Hans"]
+
+
+def nllb_tokenizer(work: Path, legacy: bool = False):
+    """NllbTokenizerFast converted from a sentencepiece model trained with NLLB's special ids
+    (<unk> 0, <s> 1, </s> 2: the fairseq offset maps them to <s> 0, <pad> 1, </s> 2, <unk> 3), with
+    a handful of language codes instead of the 202 FAIRSEQ ones."""
+    from transformers import NllbTokenizerFast
+
+    spm = ec.train_sentencepiece(work / "sentencepiece.bpe.model", 300, "unigram", unk_id=0, bos_id=1, eos_id=2,
+                                 pad_id=-1)
+    return NllbTokenizerFast(vocab_file=str(spm), additional_special_tokens=list(NLLB_LANGS), src_lang="eng_Latn",
+                             legacy_behaviour=legacy, model_max_length=128)
 
 
 def bart_tokenizer(work: Path):
@@ -595,6 +610,55 @@ def build_bart(d: Path, work: Path):
     )
     model = BartForConditionalGeneration(cfg)
     seq2seq_fixture(d, "bart", model, tok, variants=("quantized",))
+
+
+NLLB_TEXTS = ["The house is wonderful.", "Hello world!"]
+NLLB_NEW = 6  # the tests' growing cache compiles one decoder shape per step
+
+
+def _nllb(work: Path):
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    tok = nllb_tokenizer(work)
+    ec.seed_everything()
+    cfg = M2M100Config(  # NLLB checkpoints are M2M100ForConditionalGeneration with these special ids
+        vocab_size=len(tok), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.eos_token_id, scale_embedding=True, init_std=DECODER_INIT,
+        tokenizer_class="NllbTokenizer",
+    )
+    return M2M100ForConditionalGeneration(cfg), tok
+
+
+def _nllb_tokenizer_ids(tok) -> dict:
+    """tokenizer ids for each text and src_lang (None: the saved default), as the translation
+    pipeline sets ``tok.src_lang`` before tokenizing."""
+    out = {}
+    for lang in [None, "fra_Latn", "zho_Hans"]:
+        tok.src_lang = lang or "eng_Latn"
+        out[lang or ""] = [tok(t)["input_ids"] for t in NLLB_TEXTS + SEQ2SEQ_TEXTS[:1]]
+    tok.src_lang = "eng_Latn"
+    return out
+
+
+@fixture("nllb")
+def build_nllb(d: Path, work: Path):
+    model, tok = _nllb(work)
+    seq2seq_fixture(d, "nllb", model, tok)
+    calls = [(NLLB_TEXTS, {"src_lang": src, "tgt_lang": tgt, "max_new_tokens": NLLB_NEW, "num_beams": beams})
+             for src, tgt, beams in [("eng_Latn", "fra_Latn", 1), ("deu_Latn", "zho_Hans", 1),
+                                     ("eng_Latn", "spa_Latn", 3)]]
+    calls.append((NLLB_TEXTS[:1], dict(calls[1][1], return_tensors=True)))  # ids: the forced target token
+    _record_calls(d, "translation", model, tok, calls)
+    # legacy_behaviour (tokens </s> [src_lang]): a second tokenizer on the same sentencepiece model
+    legacy = nllb_tokenizer(work / "legacy", legacy=True)
+    legacy.save_pretrained(d / "legacy")
+    ids = {"texts": NLLB_TEXTS + SEQ2SEQ_TEXTS[:1], "ids": _nllb_tokenizer_ids(tok),
+           "legacy_ids": _nllb_tokenizer_ids(legacy)}
+    (d / "references" / "tokenizer_nllb.json").write_text(json.dumps(ids, indent=1) + "\n")
+    # tokenizer.json is the tokenizer; the sentencepiece files (240 kB each) would only serve the slow one
+    _drop(d, ["sentencepiece.bpe.model", "legacy/sentencepiece.bpe.model"])
 
 
 # ------------------------------------------------------------------------------------------------

@@ -10,6 +10,14 @@ As transformers: config.json's ``prefix`` (or ``task_specific_params[task]["pref
 before each input, ``task_specific_params[task]`` sets generation options, generation_config.json
 applies, call options override. Outputs are decoded with special tokens skipped; token ids
 include the decoder start token, as ``generate`` returns them.
+
+NLLB / M2M100 (a tokenizer with language codes) take ``src_lang`` / ``tgt_lang``, as transformers'
+TranslationPipeline: the source language token placed as tokenizer.json's template places it, the
+target's token forced first (``forced_bos_token_id``). ``translation`` needs both there;
+``translation_en_to_fr`` means src_lang="en", tgt_lang="fr" (M2M100's ``__en__``, ``__fr__``).
+
+    pipe = transmuter.pipeline("translation", "Xenova/nllb-200-distilled-600M")
+    pipe("The house is wonderful.", src_lang="eng_Latn", tgt_lang="fra_Latn")
 """
 
 import dataclasses
@@ -61,25 +69,49 @@ class Text2TextGenerationPipeline(Pipeline):
         if truncation not in (None, False, True, "longest_first", "only_first"):
             raise PipelineError(f"truncation must be a bool or 'longest_first', got "
                                 f"{truncation!r}")
-        if src_lang is not None or tgt_lang is not None:
-            # NLLB / M2M100 language tokens need those tokenizers' templates: refuse rather
-            # than translate from or into the wrong language
-            raise PipelineError("src_lang / tgt_lang (NLLB, M2M100) are not implemented yet; "
-                                "Marian and T5 take the language from the model or the prefix")
+        src_lang, tgt_lang, missing = self._languages(src_lang, tgt_lang)
         tensors = return_type == "tensors" or (return_tensors and return_type is None)
         config = GenerationConfig.from_dicts(self.generation_file, self.config,
                                              pipeline_defaults=PIPELINE_DEFAULTS,
                                              task_options=self.task_options, **options)
         if config.pad_token_id is None and self.tokenizer.pad_token_id is not None:
             config.pad_token_id = self.tokenizer.pad_token_id  # as transformers' Pipeline does
-        pre = {"truncation": truncation}
+        if tgt_lang is not None:  # _build_translation_inputs' forced_bos_token_id beats the files
+            config.forced_bos_token_id = self.tokenizer.language_token_id(tgt_lang)
+        pre = {"truncation": truncation, "src_lang": src_lang, "missing_languages": missing}
         post = {"tensors": bool(tensors), "clean_up": bool(clean_up_tokenization_spaces),
                 "summary": bool(token_summary)}
         return pre, {"config": config}, post
 
-    def preprocess(self, inputs, truncation=None):
+    def _languages(self, src_lang, tgt_lang):
+        """(src_lang, tgt_lang, missing) checked against the tokenizer's codes: from the task
+        name (translation_xx_to_yy) when not given; ``missing`` when ``translation`` lacks one
+        (an error at the call, as transformers' TranslationPipeline with an NLLB / M2M100
+        tokenizer; the pipeline can be built without them)."""
+        if not getattr(self.tokenizer, "languages", None):
+            if src_lang is not None or tgt_lang is not None:
+                # refuse rather than translate from or into the wrong language
+                raise PipelineError("src_lang / tgt_lang need a tokenizer with language codes "
+                                    "(NLLB, M2M100); this one has none. Marian and T5 take "
+                                    "the language from the model or the prefix")
+            return None, None, False
+        parts = self.task.split("_")
+        if src_lang is None and tgt_lang is None and len(parts) == 4:
+            src_lang, tgt_lang = parts[1], parts[3]
+        for code in (src_lang, tgt_lang):
+            if code is not None:
+                self.tokenizer.language_token(code)  # an unknown code fails here, before any work
+        missing = self.task.startswith("translation") and None in (src_lang, tgt_lang)
+        return src_lang, tgt_lang, missing
+
+    def preprocess(self, inputs, truncation=None, src_lang=None, missing_languages=False):
+        if missing_languages:
+            raise PipelineError("Translation with this model needs src_lang= and tgt_lang= "
+                                "(language codes such as "
+                                f"{', '.join(self.tokenizer.languages[:3])})")
         text = self.prefix + check_text(inputs, "input")
-        ids = list(self.tokenizer.encode(text, truncation=truncation or False).ids)
+        ids = list(self.tokenizer.encode(text, truncation=truncation or False,
+                                         src_lang=src_lang).ids)
         if len(ids) > self.max_length:  # past the encoder's positions: an error, not garbage
             raise PipelineError(f"The input has {len(ids)} tokens; the model takes at most "
                                 f"{self.max_length}. Pass truncation=True to cut it, or a "
