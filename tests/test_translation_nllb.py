@@ -88,3 +88,25 @@ def test_hub_nllb_config_shape(tmp_path):
     tok = Tokenizer.from_repo(str(tmp_path))
     assert tok.languages == ["deu_Latn", "eng_Latn", "fra_Latn", "spa_Latn", "zho_Hans"]
     assert tok.encode("Hello", src_lang="fra_Latn").ids[0] == tok.language_token_id("fra_Latn")
+
+
+def test_m2m100_language_tokens():
+    # M2M100 codes are "en", "fr": their tokens are __en__, __fr__ (transformers' get_lang_token),
+    # placed as set_src_lang_special_tokens does: prefix [__xx__], suffix [</s>]; the template here
+    # is what that gives for the default "en". Expected ids by that rule: a word-level vocab.
+    from tokenizers import Tokenizer as Backend, models, pre_tokenizers, processors
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, "hello": 3, "world": 4, "__en__": 5, "__fr__": 6}
+    backend = Backend(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="__en__ $A </s>", pair="__en__ $A $B </s>",
+        special_tokens=[("__en__", 5), ("</s>", 1)])
+    tok = Tokenizer(backend, {"src_lang": None, "language_codes": "m2m100", "eos_token": "</s>",
+                              "additional_special_tokens": ["__en__", "__fr__"]})
+    assert tok.encode("hello world").ids == [5, 3, 4, 1]
+    assert tok.encode("hello world", src_lang="fr").ids == [6, 3, 4, 1]
+    assert tok.encode("hello world", src_lang="__en__").ids == [5, 3, 4, 1]
+    assert tok.language_token_id("fr") == 6  # tgt_lang -> forced_bos_token_id
+    with pytest.raises(TokenizerError, match="Unknown language code 'de'.*__en__, __fr__"):
+        tok.language_token_id("de")

@@ -52,7 +52,8 @@ class Tokenizer:
         self._post_processors = {None: backend.post_processor}
         self._source_language = None
         if self.languages and self.config.get("src_lang"):
-            # transformers' NllbTokenizerFast / M2M100 rebuild the template from the config's src_lang
+            # transformers' NllbTokenizerFast / M2M100 rebuild the template from the config's
+            # src_lang
             self._post_processors[None] = self._language_processor(
                 self.language_token(self.config["src_lang"]))
             backend.post_processor = self._post_processors[None]
