@@ -15,15 +15,8 @@ import time
 import numpy as np
 import transmuter
 from local_model import HUB_ID, model_folder
+from semantic_search import CORPUS
 
-CORPUS = [
-    "The cat sat on the mat.",
-    "A dog is playing in the garden.",
-    "Stock markets fell sharply on Monday.",
-    "The kitten is sleeping on the rug.",
-    "Interest rates were raised by the central bank.",
-    "A man is riding a horse on the beach.",
-]
 QUERY = "Where is the cat resting?"
 
 

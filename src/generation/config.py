@@ -134,6 +134,18 @@ class GenerationConfig:
         return max(self.max_length - prompt_length, 0)
 
 
+# The option names a caller may pass (GenerationConfig's fields).
+OPTIONS = frozenset(f.name for f in dataclasses.fields(GenerationConfig))
+
+
+def check_options(task, options):
+    """A clear error for options that are not generation settings (typos, another task's)."""
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise InputError(f"{task} takes no option(s) {unknown}; generation options are: "
+                         f"{', '.join(sorted(OPTIONS))}")
+
+
 def _number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 

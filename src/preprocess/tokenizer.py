@@ -195,9 +195,7 @@ class Tokenizer:
 
     def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=None):
         text = self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
-        clean = clean_up_tokenization_spaces
-        return clean_up_tokenization(text) if (self.clean_up_tokenization_spaces if clean is None
-                                               else clean) else text
+        return _cleaned(text, clean_up_tokenization_spaces, self.clean_up_tokenization_spaces)
 
     def id_to_token(self, i):
         return self.backend.id_to_token(int(i))
@@ -342,9 +340,7 @@ class MarianTokenizer:
             else:
                 pieces.append(token)
         text = (text + self.target.decode_pieces(pieces)).replace("\u2581", " ").strip()
-        clean = clean_up_tokenization_spaces
-        return clean_up_tokenization(text) if (self.clean_up_tokenization_spaces if clean is None
-                                               else clean) else text
+        return _cleaned(text, clean_up_tokenization_spaces, self.clean_up_tokenization_spaces)
 
     def id_to_token(self, i):
         return self.inverse.get(int(i))
@@ -370,6 +366,11 @@ def clean_up_tokenization(text):
                  (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
         text = text.replace(a, b)
     return text
+
+
+def _cleaned(text, clean, default):
+    """``text`` through clean_up_tokenization when the call (else the tokenizer) asks for it."""
+    return clean_up_tokenization(text) if (default if clean is None else clean) else text
 
 
 def _content(token):

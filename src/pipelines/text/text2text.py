@@ -20,14 +20,13 @@ target's token forced first (``forced_bos_token_id``). ``translation`` needs bot
     pipe("The house is wonderful.", src_lang="eng_Latn", tgt_lang="fra_Latn")
 """
 
-import dataclasses
 import weakref
 
+from ...generation.config import OPTIONS, check_options
 from ...generation import GenerationConfig
 from ...generation.seq2seq import Seq2SeqGenerator
 from ..base import Pipeline, PipelineError, check_text
 
-_GENERATION_OPTIONS = {f.name for f in dataclasses.fields(GenerationConfig)}
 # transformers' Text2TextGenerationPipeline._default_generation_config (4.57): beam search.
 PIPELINE_DEFAULTS = {"max_new_tokens": 256, "num_beams": 4}
 # One generator per decoder model, shared by the pipelines over it (each step shape compiles once).
@@ -49,7 +48,7 @@ class Text2TextGenerationPipeline(Pipeline):
         self.generation_file = repo.json("generation_config.json", {}) if repo else {}
         params = dict((config or {}).get("task_specific_params") or {}).get(self.task) or {}
         self.prefix = params.get("prefix", (config or {}).get("prefix")) or ""
-        self.task_options = {k: v for k, v in params.items() if k in _GENERATION_OPTIONS}
+        self.task_options = {k: v for k, v in params.items() if k in OPTIONS}
         super().__init__(model, tokenizer, config, repo=repo, **kwargs)
 
     @staticmethod
@@ -62,10 +61,7 @@ class Text2TextGenerationPipeline(Pipeline):
     def _sanitize_parameters(self, return_tensors=None, return_text=None, return_type=None,
                              clean_up_tokenization_spaces=None, truncation=None, src_lang=None,
                              tgt_lang=None, token_summary=False, **options):
-        unknown = sorted(set(options) - _GENERATION_OPTIONS)
-        if unknown:
-            raise PipelineError(f"{self.task} takes no option(s) {unknown}; generation options "
-                                f"are: {', '.join(sorted(_GENERATION_OPTIONS))}")
+        check_options(self.task, options)
         if truncation not in (None, False, True, "longest_first", "only_first"):
             raise PipelineError(f"truncation must be a bool or 'longest_first', got "
                                 f"{truncation!r}")

@@ -11,15 +11,14 @@ Chat messages render with the repo's chat template (``template_options`` such as
 as ``apply_chat_template`` does. Inputs of one batch run together, each with its own length.
 """
 
-import dataclasses
 
+from ...generation.config import check_options
 from ...generation import GenerationConfig, Generator
 from ...generation.streaming import stream as stream_text
 from ...preprocess import chat_template
 from ...preprocess.tokenizer import clean_up_tokenization
 from ..base import Pipeline, PipelineError, check_text
 
-_GENERATION_OPTIONS = {f.name for f in dataclasses.fields(GenerationConfig)}
 
 
 class TextGenerationPipeline(Pipeline):
@@ -59,10 +58,7 @@ class TextGenerationPipeline(Pipeline):
                              clean_up_tokenization_spaces=None, add_special_tokens=None,
                              template_options=None, tools=None, documents=None,
                              chat_template_name=None, token_summary=False, **options):
-        unknown = sorted(set(options) - _GENERATION_OPTIONS)
-        if unknown:
-            raise PipelineError(f"text-generation takes no option(s) {unknown}; generation "
-                                f"options are: {', '.join(sorted(_GENERATION_OPTIONS))}")
+        check_options(self.task, options)
         if template_options is not None and not isinstance(template_options, dict):
             raise PipelineError(f"template_options must be a dict, got {template_options!r:.80}")
         config = GenerationConfig.from_dicts(self.generation_file, self.config, **options)
