@@ -25,9 +25,10 @@ _CALLS = itertools.count(int.from_bytes(os.urandom(4), "little"))
 
 @dataclasses.dataclass
 class Segment:
-    fn: object  # compiled (params, dynamic values) -> dynamic values at stop
+    fn: object  # compiled (params, dynamic values, donated values) -> dynamic values at stop
     stop: int  # index of the break node, or len(nodes)
     static_out: dict  # static values defined by the segment and live at stop
+    donated: frozenset = frozenset()  # inputs whose buffers the segment may reuse
 
 
 CacheInfo = collections.namedtuple("CacheInfo", "hits misses maxsize currsize")
@@ -36,8 +37,11 @@ CacheInfo = collections.namedtuple("CacheInfo", "hits misses maxsize currsize")
 class CompiledFunction:
     """``fn(inputs) -> {output name: array}``, compiling each new signature on its first call."""
 
-    def __init__(self, model, static_inputs=None, cache_size=8):
+    def __init__(self, model, static_inputs=None, cache_size=8, donate=()):
+        """``donate``: names of inputs whose buffers the caller gives up on each call (a KV cache
+        it replaces with the outputs): the compiled code may write its outputs into them."""
         self.model = model
+        self.donate = frozenset(donate)
         self.static_inputs = {k: np.asarray(v) for k, v in (static_inputs or {}).items()}
         declared = {v.name: v for v in model.inputs}
         for name, value in self.static_inputs.items():
@@ -141,7 +145,8 @@ class CompiledFunction:
         if segment is not None:
             self._hits += 1
             self._cache.move_to_end(key)
-            outputs = None if segment.fn is None else segment.fn(seg_params, dynamic)
+            outputs = None if segment.fn is None else segment.fn(
+                seg_params, *_split(dynamic, segment.donated))
         else:
             self._misses += 1
             stop = next((i for i in range(start, len(self.model.graph.nodes))
@@ -163,13 +168,16 @@ class CompiledFunction:
             return Segment(None, start, {}), None
         base = {k: v for k, v in env.items() if is_static(v)}
         live_out = self._live_at(end)
+        # a donated input is given up only by the last segment that reads it
+        donated = frozenset(k for k in dynamic if k in self.donate and k not in live_out)
         recorded = {}
 
-        def segment(p, values):
+        def segment(p, values, given):
             self._runner.rng = values.get(RNG)
             scope = dict(base)
             scope.update(p)
             scope.update(values)
+            scope.update(given)
             for index in range(start, end):
                 try:
                     self._runner.run_node(nodes[index], scope)
@@ -181,12 +189,20 @@ class CompiledFunction:
             recorded.update({k: v for k, v in out.items() if is_static(v) and k not in base})
             return {k: v for k, v in out.items() if not is_static(v) and k not in p}
 
-        fn = model.backend.compile(segment)
+        fn = model.backend.compile(segment, donate_argnums=(2,) if donated else ())
         try:
-            outputs = fn(seg_params, dynamic)  # traces, compiles and runs
+            outputs = fn(seg_params, *_split(dynamic, donated))  # traces, compiles and runs
         except NeedsHost as brk:
             return self._build(start, env, dynamic, seg_params, stop=brk.index)
-        return Segment(fn, end, dict(recorded)), outputs
+        return Segment(fn, end, dict(recorded), donated), outputs
+
+
+def _split(values, donated):
+    """(kept, donated) halves of a segment's dynamic values."""
+    if not donated:
+        return values, {}
+    return ({k: v for k, v in values.items() if k not in donated},
+            {k: v for k, v in values.items() if k in donated})
 
 
 def _signature(values):

@@ -59,6 +59,7 @@ class Model:
 
             upcast_half(self.graph)
         self._resolve_ops()
+        _prepare_weights(self.graph)
         self.compute_type = compute_type
         self.trainable = trainable
         self.constants, self.params = {}, {}
@@ -159,6 +160,21 @@ def _is_param(value, trainable):
     if value.dtype.itemsize == 1 and value.dtype.kind in "iuV":  # (u)int8, (u)int4, (u)int2
         return value.size > PARAM_MIN_SIZE
     return value.size > INT_PARAM_MIN_SIZE
+
+
+def _prepare_weights(graph):
+    """Initializers stored as their only reader prefers them (the ops' ``weights``)."""
+    readers = {}
+    for node in walk(graph):
+        for i, name in enumerate(node.inputs):
+            if name in graph.initializers:
+                readers.setdefault(name, set()).add((node.opdef, i))
+    for name, uses in readers.items():
+        if len(uses) == 1 and name not in graph.output_names:
+            opdef, i = next(iter(uses))
+            prepare = dict(opdef.weights).get(i)
+            if prepare is not None:
+                graph.initializers[name] = prepare(graph.initializers[name])
 
 
 def _to_numpy(value):

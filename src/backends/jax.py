@@ -118,8 +118,8 @@ class JaxBackend:
             raise NotConcrete()
         return np.asarray(x)
 
-    def compile(self, fn):
-        return jax.jit(fn)
+    def compile(self, fn, donate_argnums=()):
+        return jax.jit(fn, donate_argnums=donate_argnums)
 
     def block(self, tree):
         return jax.block_until_ready(tree)

@@ -363,8 +363,8 @@ class MlxBackend:
                 raise NotConcrete() from None
             raise
 
-    def compile(self, fn):
-        return mx.compile(fn)
+    def compile(self, fn, donate_argnums=()):
+        return mx.compile(fn)  # MLX reuses buffers it holds the only reference to by itself
 
     def block(self, tree):
         mx.eval(tree)

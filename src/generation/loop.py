@@ -40,11 +40,15 @@ class Generator:
         self.layout = CacheLayout.from_model(model, cache, extra_inputs)
         grow = self.layout.mode == "grow"
         size = _GROW_CACHE_SIZE if grow else cache_size
-        self.fn = CompiledFunction(model, static_inputs=self.layout.static_inputs, cache_size=size)
+        # an in-place cache's presents replace its pasts: the step writes into their buffers
+        donate = [p.name for p, _ in self.layout.pairs] if self.layout.mode == "inplace" else ()
+        self.fn = CompiledFunction(model, static_inputs=self.layout.static_inputs,
+                                   cache_size=size, donate=donate)
         self.first_fn = self.fn if self.layout.first_static == self.layout.static_inputs else \
             CompiledFunction(model, static_inputs=self.layout.first_static, cache_size=size)
         self.dtypes = {v.name: v.dtype for v in model.inputs}
-        self.write = model.backend.compile(lambda c, n, s: write_rows(model.backend.xp, c, n, s))
+        self.write = model.backend.compile(lambda c, n, s: write_rows(model.backend.xp, c, n, s),
+                                           donate_argnums=(0,))
         self.context = next((self.model_config[k] for k in _CONTEXT_KEYS
                              if self.model_config.get(k)), None)
         self.stats = None

@@ -16,6 +16,9 @@ Registration metadata tells the runner what it needs, so the runner never branch
 - ``subgraphs``: the op receives GRAPH attributes as callables and ``ctx``.
 - ``raw``: inputs arrive as they are (host values stay on the host beside device ones): control
   flow decides itself what it can read on the host and what it must trace.
+- ``weights``: {input position: fn}: how the op prefers a weight stored when it is that
+  weight's only reader; the model applies ``fn`` to the initializer once, at load
+  (MatMulNBits keeps its packed bytes as uint32 words).
 """
 
 import dataclasses
@@ -35,6 +38,7 @@ class OpDef:
     context: bool = False
     raw: bool = False
     random: bool = False
+    weights: tuple = ()  # (input position, fn) pairs
 
     def needs_static(self, i: int, n_inputs: int) -> bool:
         if self.static == "all":
@@ -50,14 +54,14 @@ def _norm_domain(domain: str) -> str:
 
 
 def op(op_type: str, since: int = 1, *, domain: str = "", static=(), host=False, context=False,
-       raw=False, random=False):
+       raw=False, random=False, weights=None):
     """Register ``fn`` as ``op_type`` from opset version ``since`` on."""
 
     def register(fn):
         key = (_norm_domain(domain), op_type)
         _REGISTRY.setdefault(key, []).append(
             OpDef(_norm_domain(domain), op_type, since, fn, tuple(static) if static != "all" else "all",
-                  host, context, raw, random))
+                  host, context, raw, random, tuple(sorted((weights or {}).items()))))
         _REGISTRY[key].sort(key=lambda d: d.since)
         return fn
 

@@ -3,8 +3,8 @@
 Per batch entry b, ``seqlens_k[b] + 1`` is the number of valid tokens once this step's S tokens are
 in the cache, so the step's tokens start at ``past_b = seqlens_k[b] + 1 - S`` (0 on the first
 prompt, when S == total_sequence_length > 1). The present buffers are
-``max(total_sequence_length, past buffer length)`` long: past rows [0, past_b), the new rows at
-[past_b, past_b + S), zeros after. Query row i sits at absolute position past_b + i: the causal
+``max(total_sequence_length, past buffer length)`` long: the past buffer with the new rows written
+at [past_b, past_b + S). Query row i sits at absolute position past_b + i: the causal
 mask, ``local_window_size`` and the rotary angles (without ``position_ids``) use that position.
 Scores, softmax and the weighted sum run in f32."""
 
@@ -16,25 +16,23 @@ from ..registry import op
 from ..transformer_blocks import rotate_partial
 
 
-def _slot_grid(xp, length):
-    return xp.reshape(xp.arange(length, dtype=np.int64), (1, 1, length, 1))
-
-
 def write_cache(xp, past, new, start, length):
-    """(B, H, L, D) buffer: past rows below ``start[b]``, ``new`` (B, H, S, D) from there, zeros
-    after. Written as gathers, so the per-batch offsets may be traced values."""
-    slots = _slot_grid(xp, length)
-    start = xp.reshape(start, (-1, 1, 1, 1))
-    s = new.shape[2]
-    rel = slots - start
-    shape = (new.shape[0], new.shape[1], length, new.shape[3])
-    taken = xp.take_along_axis(new, xp.broadcast_to(xp.clip(rel, 0, s - 1), shape), axis=2)
-    out = xp.where((rel >= 0) & (rel < s), taken, xp.zeros((), xp.dtype_of(new)))
-    if past is not None and past.shape[2] > 0:
+    """(B, H, L, D) buffer: ``past`` (cut or zero-padded to L rows) with ``new`` (B, H, S, D)
+    written at rows [start[b], start[b] + S), as ONNX Runtime writes a buffer that past and
+    present share (rows past the valid ones are never attended). A scatter: the offsets may be
+    traced values, and only the new rows are computed (a select over the whole buffer would
+    recompute them, rotary and all, for every element)."""
+    b, h, s, d = new.shape
+    if past is None or past.shape[2] == 0:
+        base = xp.zeros((b, h, length, d), xp.dtype_of(new))
+    else:
         p = past.shape[2]
-        old = xp.take_along_axis(past, xp.broadcast_to(xp.clip(slots, 0, p - 1), shape), axis=2)
-        out = xp.where((slots < start) & (slots < p), old, out)
-    return out
+        base = past[:, :, :length] if p >= length else xp.pad(
+            past, [(0, 0), (0, 0), (0, length - p), (0, 0)])
+    rows = xp.reshape(xp.arange(b, dtype=np.int64), (b, 1, 1))
+    heads = xp.reshape(xp.arange(h, dtype=np.int64), (1, h, 1))
+    at = xp.reshape(start, (b, 1, 1)) + xp.reshape(xp.arange(s, dtype=np.int64), (1, 1, s))
+    return xp.index_update(base, (rows, heads, xp.clip(at, 0, length - 1)), new)
 
 
 def rotary_positions(xp, position_ids, past_b, batch, s, first_prompt):

@@ -1,8 +1,9 @@
 """com.microsoft quantized matmuls and gathers: MatMulNBits, GatherBlockQuantized, MatMulBnb4,
 DynamicQuantizeMatMul, MatMulIntegerToFloat.
 
-Packed weights stay packed (uint8) where they live; they are unpacked by shifts and masks inside
-the op, so a compiled graph dequantizes on the fly and XLA fuses it into the matmul.
+Packed weights stay packed where they live (MatMulNBits' as uint32 words, see as_words); they
+are unpacked by shifts and masks inside the op, so a compiled graph dequantizes on the fly and
+XLA fuses it into the matmul.
 ``accuracy_level`` is read as 0: the weights are dequantized to the activation type in f32."""
 
 import numpy as np
@@ -24,20 +25,40 @@ def unpack_bits(xp, packed, bits):
     return xp.reshape(vals, packed.shape[:-1] + (packed.shape[-1] * per,))
 
 
-def unpack_bits_f32(xp, packed, bits):
-    """uint8 (..., n) -> f32 (..., n * 8 // bits), the same values as unpack_bits.
-
-    Why not ``astype``: XLA's CPU emitter converts uint8 to float one scalar at a time (no
-    vector instruction widens bytes to floats in its lowering), which made int4 decoding 4x
-    slower than onnxruntime. Here the bytes are read four at a time as uint32 words, each field
-    is shifted and masked in 32-bit lanes and OR-ed into the mantissa of 2^23; subtracting 2^23
-    gives the value exactly. Every step vectorizes, and XLA fuses it into the matmul."""
+def packed_words(xp, packed):
+    """uint8 (..., n) -> uint32 (..., ceil(n / 4)): the bytes read four at a time (little-endian,
+    zero-padded); uint32 words (as MatMulNBits' weights are stored at load) come back as they
+    are."""
+    if xp.dtype_of(packed) == np.uint32:
+        return packed
     lead, n = tuple(packed.shape[:-1]), packed.shape[-1]
     if n % 4:
         packed = xp.pad(packed, [(0, 0)] * len(lead) + [(0, 4 - n % 4)])
-    words = xp.reshape(xp.bitcast(xp.reshape(packed, lead + (-1, 4)), np.uint32), lead + (-1, 1))
+    return xp.reshape(xp.bitcast(xp.reshape(packed, lead + (-1, 4)), np.uint32), lead + (-1,))
+
+
+def as_words(b):
+    """MatMulNBits' B as uint32 words, once at load: XLA lowers a uint8 -> uint32 bitcast as a
+    pass that rebuilds every word (shift, or) on each call, which cost as much as the dot."""
+    if b.dtype == np.uint8 and b.shape and b.shape[-1] % 4 == 0:
+        return np.ascontiguousarray(b).view("<u4")
+    return b
+
+
+def unpack_bits_f32(xp, packed, bits):
+    """uint8 bytes (..., n) or their uint32 words (packed_words) -> f32 (..., n * 8 // bits),
+    the same values as unpack_bits.
+
+    Why not ``astype``: XLA's CPU emitter converts uint8 to float one scalar at a time (no
+    vector instruction widens bytes to floats in its lowering), which made int4 decoding 4x
+    slower than onnxruntime. Here each field of a uint32 word is shifted and masked in 32-bit
+    lanes and OR-ed into the mantissa of 2^23; subtracting 2^23 gives the value exactly. Every
+    step vectorizes, and XLA fuses it into the matmul."""
+    n = packed.shape[-1] * (4 if xp.dtype_of(packed) == np.uint32 else 1)
+    words = packed_words(xp, packed)
+    lead = tuple(words.shape[:-1])
     shifts = xp.asarray(np.arange(0, 32, bits, dtype=np.uint32))
-    fields = ((words >> shifts) & np.uint32((1 << bits) - 1)) | _MAGIC
+    fields = ((xp.expand_dims(words, -1) >> shifts) & np.uint32((1 << bits) - 1)) | _MAGIC
     vals = xp.bitcast(fields, np.float32) - _TWO23
     return xp.reshape(vals, lead + (-1,))[..., :n * 8 // bits]
 
@@ -131,13 +152,13 @@ def native_nbits(xp, a, b, scales, zero_points, g_idx, *, k, n, bits, block_size
             or block_size not in NATIVE_GROUPS or k % block_size):
         return None
     n_blocks = k // block_size
-    words = xp.reshape(xp.bitcast(xp.reshape(b, (n, -1, 4)), np.uint32), (n, -1))
+    words = packed_words(xp, xp.reshape(b, (n, -1)))
     scales, zp = _block_params(xp, scales, zero_points, n, n_blocks, bits)
     return kernel(f32(xp, a), words, scales, -scales * zp, transpose=True, group_size=block_size,
                   bits=bits)
 
 
-@op("MatMulNBits", 1, domain=MS)
+@op("MatMulNBits", 1, domain=MS, weights={1: as_words})
 def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4,
                  block_size, accuracy_level=0):
     y = native_nbits(xp, a, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
