@@ -54,6 +54,8 @@ class CompiledFunction:
         self._hits = self._misses = 0
         self._runner = Runner(model.backend, model.opsets)
         self._live = {}
+        self._names = {}  # start -> how the live names split, for one params dict
+        self._checked = set()  # input signatures that passed check_inputs
         # Graphs that draw random values get a new key each call (a dynamic input of every
         # segment), so compiled draws differ between calls as eager ones do.
         self._random = any(node.opdef.random for node in walk(model.graph))
@@ -73,7 +75,15 @@ class CompiledFunction:
             raise InputError(f"Input(s) {sorted(given_static)} were fixed by static_inputs when "
                              "compiling; do not pass them again")
         model, nodes = self.model, self.model.graph.nodes
-        model.check_inputs(inputs, static=self.static_inputs)
+        # arrays of a signature that passed are not checked again (a decode loop's one shape)
+        arrays = all(hasattr(v, "shape") and hasattr(v, "dtype") for v in inputs.values())
+        signature = _signature(inputs) if arrays else None
+        if signature is None or signature not in self._checked:
+            model.check_inputs(inputs, static=self.static_inputs)
+            if len(self._checked) > 4 * self.cache_size:
+                self._checked.clear()
+            if signature is not None:
+                self._checked.add(signature)
         params = model.params if params is None else params
         with model.backend.scope():
             env = dict(model.constants)
@@ -121,6 +131,21 @@ class CompiledFunction:
             self._live[index] = live
         return self._live[index]
 
+    def _split_live(self, start, params):
+        """The names live at ``start``: (the params passed to the segment, the key of the params
+        folded into it, the other names), worked out once per start and params dict."""
+        cached = self._names.get(start)
+        if cached is None or cached[0] is not params:
+            live = self._live_at(start)
+            seg_params = {k: params[k] for k in live if k in params and not is_static(params[k])}
+            # Params of a type the backend lacks (MLX: int4, float8 weights) stay on the host and
+            # fold into the trace like constants; keyed by identity, not by their bytes each call.
+            host_params = tuple(sorted((k, id(params[k])) for k in live
+                                       if k in params and is_static(params[k])))
+            rest = [k for k in live if k not in params and k not in self.model.constants]
+            cached = self._names[start] = (params, seg_params, host_params, rest)
+        return cached[1:]
+
     def _run_segment(self, start, env, params, data):
         """Run the segment that starts at ``start`` (compiling it on a miss); return its stop.
 
@@ -128,17 +153,11 @@ class CompiledFunction:
         activations on MLX): a segment stops before a node that reads one (that node runs on the
         host, and what it makes of a type the backend has goes back to the device), so they are
         keyed by shape and never baked into a trace, and new values do not recompile."""
-        live = self._live_at(start)
-        dynamic = {k: env[k] for k in live
-                   if k in env and k not in params and not is_static(env[k])}
-        host_data = {k: env[k] for k in live if k in data and k in env}
-        static = {k: env[k] for k in live if k in env and k not in self.model.constants
-                  and k not in params and k not in host_data and is_static(env[k])}
-        seg_params = {k: params[k] for k in live if k in params and not is_static(params[k])}
-        # Params of a type the backend lacks (MLX: int4, float8 weights) stay on the host and
-        # fold into the trace like constants; keyed by identity, not by their bytes each call.
-        host_params = tuple(sorted((k, id(params[k])) for k in live
-                                   if k in params and is_static(params[k])))
+        seg_params, host_params, rest = self._split_live(start, params)
+        present = [k for k in rest if k in env]
+        host_data = {k: env[k] for k in present if k in data}
+        dynamic = {k: env[k] for k in present if k not in data and not is_static(env[k])}
+        static = {k: env[k] for k in present if k not in data and is_static(env[k])}
         key = (start, _signature(dynamic), _static_key(static), host_params,
                _signature(host_data))
         segment = self._cache.get(key)
@@ -209,7 +228,7 @@ def _signature(values):
     def sig(v):
         if isinstance(v, list):  # a sequence
             return tuple(sig(x) for x in v)
-        return None if v is None else (tuple(v.shape), str(v.dtype))
+        return None if v is None else (tuple(v.shape), v.dtype)
 
     return tuple(sorted((k, sig(v)) for k, v in values.items()))
 
