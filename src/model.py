@@ -168,13 +168,13 @@ def _prepare_weights(graph):
     for node in walk(graph):
         for i, name in enumerate(node.inputs):
             if name in graph.initializers:
-                readers.setdefault(name, set()).add((node.opdef, i))
+                readers.setdefault(name, []).append((node, i))
     for name, uses in readers.items():
         if len(uses) == 1 and name not in graph.output_names:
-            opdef, i = next(iter(uses))
-            prepare = dict(opdef.weights).get(i)
+            node, i = uses[0]
+            prepare = dict(node.opdef.weights).get(i)
             if prepare is not None:
-                graph.initializers[name] = prepare(graph.initializers[name])
+                graph.initializers[name] = prepare(graph.initializers[name], node)
 
 
 def _to_numpy(value):

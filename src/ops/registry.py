@@ -16,9 +16,9 @@ Registration metadata tells the runner what it needs, so the runner never branch
 - ``subgraphs``: the op receives GRAPH attributes as callables and ``ctx``.
 - ``raw``: inputs arrive as they are (host values stay on the host beside device ones): control
   flow decides itself what it can read on the host and what it must trace.
-- ``weights``: {input position: fn}: how the op prefers a weight stored when it is that
-  weight's only reader; the model applies ``fn`` to the initializer once, at load
-  (MatMulNBits keeps its packed bytes as uint32 words).
+- ``weights``: {input position: fn(value, node)}: how the op prefers a weight stored when its
+  node is that weight's only reader; the model applies ``fn`` to the initializer once, at load
+  (MatMulNBits keeps its packed bytes as uint32 words and its zero points as floats).
 """
 
 import dataclasses
