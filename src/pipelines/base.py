@@ -41,7 +41,10 @@ class Pipeline:
     task = None
     # Encoder chunks are read ahead (this many batches) and sorted by length before batching:
     # padding then costs little; results still come in input order, each after its window ran.
+    # A list is wholly in memory and returns at once: it is read further ahead (2,000 mixed
+    # sentences at batch 32: padded tokens 1.89x -> 1.76x the real ones with [32, 128, 256]).
     lookahead_batches = 16
+    list_lookahead_batches = 64
 
     def __init__(self, model, tokenizer, config=None, *, repo=None, batch_size=8,
                  sequence_length=None, progress=False, **defaults):
@@ -89,7 +92,8 @@ class Pipeline:
         if self._is_single(inputs):
             return next(self._iterate([inputs], params, batch_size, False))
         if isinstance(inputs, (list, tuple)):
-            return list(self._iterate(inputs, params, batch_size, progress))
+            return list(self._iterate(inputs, params, batch_size, progress,
+                                      self.list_lookahead_batches))
         if hasattr(inputs, "__iter__") and not isinstance(inputs, (bytes, np.ndarray)):
             return self._iterate(inputs, params, batch_size, progress)
         raise PipelineError(f"{self.task} takes {self._input_kind()}, a list of them, or an "
@@ -98,25 +102,27 @@ class Pipeline:
     def _input_kind(self):
         return "a string"
 
-    def _iterate(self, inputs, params, batch_size, progress):
-        """Results in input order. Preprocess reads ahead ``lookahead_batches`` batches of chunks;
-        those are run longest first, so each batch pads to lengths close to its own (as
-        sentence-transformers' ``encode`` sorts its input), then each input's result is yielded."""
+    def _iterate(self, inputs, params, batch_size, progress, lookahead=None):
+        """Results in input order. Preprocess reads ahead ``lookahead`` (default
+        ``lookahead_batches``) batches of chunks; those are run longest first, so each batch pads
+        to lengths close to its own (as sentence-transformers' ``encode`` sorts its input), then
+        each input's result is yielded."""
         pre, fwd, post = params
-        results = self._results(iter(inputs), pre, fwd, post, batch_size)
+        lookahead = self.lookahead_batches if lookahead is None else lookahead
+        results = self._results(iter(inputs), pre, fwd, post, batch_size, lookahead)
         if progress:
             from tqdm.auto import tqdm
             total = len(inputs) if hasattr(inputs, "__len__") else None
             results = iter(tqdm(results, total=total, desc=self.task, unit="input"))
         return results
 
-    def _results(self, items, pre, fwd, post, batch_size):
+    def _results(self, items, pre, fwd, post, batch_size, lookahead):
         window = batch_size
         pending, queued = [], 0
         for item in items:
             chunks = list(self.preprocess(item, **pre))
             if not pending and chunks and _sortable(chunks[0]):
-                window = batch_size * self.lookahead_batches
+                window = batch_size * lookahead
             pending.append(chunks)
             queued += len(chunks)
             if queued >= window:
