@@ -141,7 +141,21 @@ class JaxBackend:
         return np.asarray(x)
 
     def compile(self, fn, donate_argnums=()):
-        return jax.jit(fn, donate_argnums=donate_argnums, compiler_options=_compiler_options())
+        plain = jax.jit(fn, donate_argnums=donate_argnums)
+        options = _compiler_options()
+        if options is None:
+            return plain
+        tuned = jax.jit(fn, donate_argnums=donate_argnums, compiler_options=options)
+
+        def call(*args):
+            try:
+                return tuned(*args)
+            except ValueError as e:  # inside the user's own jit or grad: options are top-level only
+                if "top-level" not in str(e):
+                    raise
+                return plain(*args)
+
+        return call
 
     def block(self, tree):
         return jax.block_until_ready(tree)
