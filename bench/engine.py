@@ -17,7 +17,7 @@ import onnxruntime as ort
 
 import transmuter
 
-SHAPES = [(1, 16), (8, 64), (32, 128)]
+SHAPES = [(1, 16), (8, 64), (32, 32), (32, 128), (32, 256)]
 
 
 def default_model():
