@@ -22,8 +22,8 @@ target's token forced first (``forced_bos_token_id``). ``translation`` needs bot
 
 import weakref
 
-from ...generation.config import OPTIONS, check_options
 from ...generation import GenerationConfig
+from ...generation.config import OPTIONS, check_options
 from ...generation.seq2seq import Seq2SeqGenerator
 from ..base import Pipeline, PipelineError, check_text
 

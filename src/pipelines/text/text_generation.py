@@ -11,14 +11,12 @@ Chat messages render with the repo's chat template (``template_options`` such as
 as ``apply_chat_template`` does. Inputs of one batch run together, each with its own length.
 """
 
-
-from ...generation.config import check_options
 from ...generation import GenerationConfig, Generator
+from ...generation.config import check_options
 from ...generation.streaming import stream as stream_text
 from ...preprocess import chat_template
 from ...preprocess.tokenizer import clean_up_tokenization
 from ..base import Pipeline, PipelineError, check_text
-
 
 
 class TextGenerationPipeline(Pipeline):
