@@ -89,18 +89,32 @@ class CompiledFunction:
             env = dict(model.constants)
             env.update(params)
             env.update(self.static_inputs)
-            env.update({k: self._runner.to_device(v) for k, v in inputs.items()})
+            direct = self._direct_inputs(inputs)
+            env.update({k: v if k in direct else self._runner.to_device(v)
+                        for k, v in inputs.items()})
             data = {k for k in inputs if self._lacked(env[k])}
             if self._random:
                 env[RNG] = model.backend.random_key(next(_CALLS))
                 self._runner.rng = env[RNG]
             start = 0
             while start < len(nodes):
-                start = self._run_segment(start, env, params, data)
+                start = self._run_segment(start, env, params, data, direct)
                 if start < len(nodes):  # a break: this node runs eagerly, on concrete values
+                    env.update({k: self._runner.to_device(env[k]) for k in direct})
+                    direct = frozenset()
                     self._run_break(nodes[start], env, data)
                     start += 1
             return {name: env[name] for name in model.graph.output_names}
+
+    def _direct_inputs(self, inputs):
+        """Host arrays the first segment takes as they are: JAX's compiled call moves them to
+        the device itself, faster than an array made first (~0.3 ms each on a 2-core CPU).
+        They stay arguments (never folded into the trace); a break sends them to the device
+        first, so eager nodes see the arrays they always see."""
+        if not getattr(self.model.backend, "takes_host_arrays", False):
+            return frozenset()
+        return frozenset(k for k, v in inputs.items() if isinstance(v, np.ndarray)
+                         and v.dtype != object and k not in self.donate)
 
     def _run_break(self, node, env, data):
         opdef = node.opdef
@@ -146,18 +160,20 @@ class CompiledFunction:
             cached = self._names[start] = (params, seg_params, host_params, rest)
         return cached[1:]
 
-    def _run_segment(self, start, env, params, data):
+    def _run_segment(self, start, env, params, data, direct=frozenset()):
         """Run the segment that starts at ``start`` (compiling it on a miss); return its stop.
 
         ``data`` names host values of types the backend lacks computed from the inputs (float8
         activations on MLX): a segment stops before a node that reads one (that node runs on the
         host, and what it makes of a type the backend has goes back to the device), so they are
-        keyed by shape and never baked into a trace, and new values do not recompile."""
+        keyed by shape and never baked into a trace, and new values do not recompile.
+        ``direct`` names host inputs passed to the compiled call as they are (_direct_inputs)."""
         seg_params, host_params, rest = self._split_live(start, params)
         present = [k for k in rest if k in env]
         host_data = {k: env[k] for k in present if k in data}
-        dynamic = {k: env[k] for k in present if k not in data and not is_static(env[k])}
-        static = {k: env[k] for k in present if k not in data and is_static(env[k])}
+        dynamic = {k: env[k] for k in present
+                   if k not in data and (k in direct or not is_static(env[k]))}
+        static = {k: env[k] for k in present if k not in data and k not in dynamic}
         key = (start, _signature(dynamic), _static_key(static), host_params,
                _signature(host_data))
         segment = self._cache.get(key)

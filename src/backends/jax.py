@@ -122,6 +122,7 @@ def _compiler_options():
 class JaxBackend:
     name = "jax"
     xp = JaxNamespace()
+    takes_host_arrays = True  # a jitted call moves NumPy arguments to the device itself
 
     def scope(self):
         return jax.enable_x64(True)
