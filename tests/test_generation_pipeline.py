@@ -100,3 +100,14 @@ def test_text_streamer_rule():
     assert [s.put([i]) for i in (1, 2, 3, 4)] == ["", "Hello ", "", "world\n"]
     assert s.put([5]) == "\u4e2d" and s.put([6]) == "" and s.put([7]) == "\ufffd "
     assert s.end() == "ok"
+
+
+def test_cache_capacity_bounds_the_waste_and_the_shapes():
+    from transmuter.generation.steppers import MIN_CAPACITY, cache_capacity
+
+    sizes = [cache_capacity(n) for n in range(1, 4097)]
+    for n, size in enumerate(sizes, 1):
+        assert size >= max(n, MIN_CAPACITY)
+        assert size == MIN_CAPACITY or 2 * size < 3 * n  # under 1.5x the rows needed
+    assert sorted(set(sizes)) == [64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+                                  4096]  # two decode shapes per doubling

@@ -22,6 +22,15 @@ def next_pow2(n):
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
+def cache_capacity(n):
+    """Rows of a cache buffer for ``n`` positions: the next power of two or 1.5 times one (64,
+    96, 128, 192, 256, 384, ...), at least MIN_CAPACITY. Attention reads every row each step:
+    under 1.5x the rows needed (under 2x with powers of two alone), for twice as many compiled
+    decode shapes."""
+    p = next_pow2(max(int(n), MIN_CAPACITY))
+    return p * 3 // 4 if p * 3 // 4 >= n and p > MIN_CAPACITY else p
+
+
 class _Stepper:
     def __init__(self, gen):
         self.gen, self.layout = gen, gen.layout
@@ -56,7 +65,7 @@ class FixedCache(_Stepper):
         self.n = np.array([len(p) for p in prompts], np.int64)
         self.chunked = self.layout.mode == "concat"
         self.width = int(self.n.max()) if self.chunked else next_pow2(self.n.max())
-        self.capacity = max(next_pow2(self.width + int(budget)), MIN_CAPACITY)
+        self.capacity = cache_capacity(self.width + int(budget))
         self.caches = {k: gen.model.backend.asarray(v) for k, v in
                        self.layout.empty(len(prompts), self.capacity, gen.model_config).items()}
         self.mask, self.steps = None, 0
