@@ -58,6 +58,21 @@ def test_matmul_nbits_rows(backend, lead, m):
     check(model, inputs, backend, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32])
+def test_after_keeps_the_weights_whatever_the_input(dtype):
+    # MatMulNBits ties its packed weights to A (xp.after) past ROWWISE_MAX_M rows: any bits of A
+    # (NaN, infinities, -0.0, the sign bit) must leave every weight bit as it was.
+    import jax
+
+    from transmuter.backends.jax import JaxNamespace
+
+    x = RNG.integers(0, np.iinfo(dtype).max, (24, 8), dtype=dtype, endpoint=True)
+    for first in (np.nan, np.inf, -np.inf, -0.0, -3.5, 2.0):
+        y = np.array([[first, 1.0]], np.float32)
+        got = jax.jit(JaxNamespace().after)(x, y)
+        np.testing.assert_array_equal(np.asarray(got), x)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("zp", [None, "packed", "float"])
 def test_matmul_nbits_row_blocks(backend, zp, monkeypatch):
