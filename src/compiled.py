@@ -59,6 +59,7 @@ class CompiledFunction:
         # Graphs that draw random values get a new key each call (a dynamic input of every
         # segment), so compiled draws differ between calls as eager ones do.
         self._random = any(node.opdef.random for node in walk(model.graph))
+        self._dequantizes = any(node.opdef.dequantizes for node in walk(model.graph))
 
     def cache_info(self):
         """hits and misses (compiles) of the segment cache, as functools.lru_cache reports them."""
@@ -224,7 +225,8 @@ class CompiledFunction:
             recorded.update({k: v for k, v in out.items() if is_static(v) and k not in base})
             return {k: v for k, v in out.items() if not is_static(v) and k not in p}
 
-        fn = model.backend.compile(segment, donate_argnums=(2,) if donated else ())
+        fn = model.backend.compile(segment, donate_argnums=(2,) if donated else (),
+                                   dequantized_dots=self._dequantizes)
         try:
             outputs = fn(seg_params, *_split(dynamic, donated))  # traces, compiles and runs
         except NeedsHost as brk:

@@ -39,6 +39,7 @@ class OpDef:
     raw: bool = False
     random: bool = False
     weights: tuple = ()  # (input position, fn) pairs
+    dequantizes: bool = False  # multiplies by weights it dequantizes (backend.compile's hint)
 
     def needs_static(self, i: int, n_inputs: int) -> bool:
         if self.static == "all":
@@ -54,14 +55,15 @@ def _norm_domain(domain: str) -> str:
 
 
 def op(op_type: str, since: int = 1, *, domain: str = "", static=(), host=False, context=False,
-       raw=False, random=False, weights=None):
+       raw=False, random=False, weights=None, dequantizes=False):
     """Register ``fn`` as ``op_type`` from opset version ``since`` on."""
 
     def register(fn):
         key = (_norm_domain(domain), op_type)
         _REGISTRY.setdefault(key, []).append(
             OpDef(_norm_domain(domain), op_type, since, fn, tuple(static) if static != "all" else "all",
-                  host, context, raw, random, tuple(sorted((weights or {}).items()))))
+                  host, context, raw, random, tuple(sorted((weights or {}).items())),
+                  dequantizes))
         _REGISTRY[key].sort(key=lambda d: d.since)
         return fn
 

@@ -176,7 +176,8 @@ def native_nbits(xp, a, b, scales, zero_points, g_idx, *, k, n, bits, block_size
                   bits=bits)
 
 
-@op("MatMulNBits", 1, domain=MS, weights={1: as_words, 3: as_float_zero_points})
+@op("MatMulNBits", 1, domain=MS, weights={1: as_words, 3: as_float_zero_points},
+    dequantizes=True)
 def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4,
                  block_size, accuracy_level=0):
     y = native_nbits(xp, a, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
