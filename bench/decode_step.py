@@ -164,9 +164,10 @@ def main():
                          [jnp.asarray(c) for c in cache_values], valid)
     check = dict(ort_feed, **dict(zip(names, cache_values)))
     want = ort(check)[0][:, -1]
-    err = float(np.abs(np.asarray(logits) - want).max())
-    print(f"jax by hand vs onnxruntime logits: max |diff| {err:.1e} "
-          f"(scale {float(np.abs(want).max()):.1e})")
+    err, scale = float(np.abs(np.asarray(logits) - want).max()), float(np.abs(want).max())
+    print(f"jax by hand vs onnxruntime logits: max |diff| {err:.1e} (scale {scale:.1e})")
+    if err > 1e-4 * max(scale, 1.0):  # f32 sums in another order: ~1e-6 of the scale
+        sys.exit("the hand-written step does not compute what the graph does; no timing")
     state = {"caches": [jnp.asarray(c) for c in cache_values]}
     ids = jnp.asarray(tokens, jnp.int32)
 
