@@ -39,3 +39,19 @@ def variant_of(path):
         if stem.endswith("_" + suffix):
             return suffix
     return "fp32"
+
+
+def pipeline_references(tasks=None):
+    """(fixture, task) of every recorded transformers pipeline output
+    (references/pipeline_<task>.json), of ``tasks`` when given: tests parametrize over these, so
+    a new fixture's references are checked as soon as they are committed."""
+    found = []
+    for path in sorted(ROOT.glob("*/references/pipeline_*.json")):
+        task = path.stem[len("pipeline_"):]
+        if tasks is None or task in tasks:
+            found.append((path.parent.parent.name, task))
+    return found
+
+
+def pipeline_reference(fixture, task):
+    return json.loads((ROOT / fixture / "references" / f"pipeline_{task}.json").read_text())

@@ -10,6 +10,8 @@ import pytest
 import transmuter
 from transmuter.errors import InputError
 
+from .fixtures import pipeline_references
+
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 _PIPES = {}
 
@@ -27,7 +29,7 @@ def reference(name, file):
         return json.load(f)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3"])
+@pytest.mark.parametrize("name", [f for f, _ in pipeline_references({"text-generation"})])
 def test_greedy_equals_transformers_pipeline(name):
     text_call, ids_call = reference(name, "pipeline_text-generation.json")["calls"]
     p = pipe(name)

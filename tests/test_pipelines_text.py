@@ -17,7 +17,7 @@ from transmuter import hub
 from transmuter.pipelines import PipelineError
 from transmuter.preprocess.tokenizer import Tokenizer
 
-from .fixtures import ROOT
+from .fixtures import ROOT, pipeline_reference, pipeline_references
 
 # The graph runs in float32 under XLA, with another order of sums than PyTorch's kernels; on these
 # tiny random models that moves scores by ~1e-6, and 1e-4 (the design's bound) leaves headroom.
@@ -25,22 +25,16 @@ TOL = 1e-4
 # Batched vs one-by-one: the same graph with extra padded rows/positions (masked out).
 BATCH_TOL = 1e-5
 
-CASES = [
-    ("text-classification", "bert-sequence-classification", {}),
-    ("text-classification", "distilbert-sequence-classification", {}),
-    ("text-classification", "bert-cross-encoder", {}),
-    ("token-classification", "bert-token-classification", {}),
-    ("token-classification", "bert-ner-words", {}),
-    ("fill-mask", "bert-fill-mask", {}),
-    ("fill-mask", "xlm-roberta", {}),
-    ("question-answering", "bert-question-answering", {}),
+ENCODER_TASKS = {"text-classification", "token-classification", "fill-mask", "question-answering",
+                 "zero-shot-classification", "text-ranking", "feature-extraction",
+                 "text-embedding"}
+# Construction options a fixture's references need.
+OPTIONS = {
     # a call uses transformers' default max_seq_len (384): its context must fit one window
-    ("question-answering", "bert-qa-long", {"sequence_length": [32, 128]}),
-    ("zero-shot-classification", "bert-nli", {}),
-    ("text-ranking", "bert-cross-encoder", {}),
-    ("feature-extraction", "bert-sentence-transformers", {}),
-    ("text-embedding", "bert-sentence-transformers", {}),
-]
+    "bert-qa-long": {"sequence_length": [32, 128]},
+}
+CASES = [(task, fixture, OPTIONS.get(fixture, {}))
+         for fixture, task in pipeline_references(ENCODER_TASKS)]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +56,7 @@ def pipes():
 
 
 def reference(task, fixture):
-    return json.loads((ROOT / fixture / "references" / f"pipeline_{task}.json").read_text())
+    return pipeline_reference(fixture, task)
 
 
 def assert_close(got, want, tol=TOL, where="output"):

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..compiled import CompiledFunction
 from ..errors import InputError
+from ..pipelines.buckets import next_pow2
 from .loop import Generator
-from .steppers import next_pow2
 
 ENCODER_OUTPUTS = ("encoder_hidden_states", "encoder_attention_mask")
 # Sources shorter than this share one encoder shape (and so one shape of every decoder step).

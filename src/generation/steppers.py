@@ -12,14 +12,11 @@ compiled functions and the model config.
 
 import numpy as np
 
+from ..pipelines.buckets import next_pow2, pow2_chunks
 from .cache import write_rows
 
 # Cache buffers are at least this long, so short prompts of any length share one decode shape.
 MIN_CAPACITY = 64
-
-
-def next_pow2(n):
-    return 1 << max(int(n) - 1, 0).bit_length()
 
 
 def cache_capacity(n):
@@ -88,7 +85,7 @@ class FixedCache(_Stepper):
             return np.asarray(out[self.layout.logits])[np.arange(rows), self.n - 1]
         self.mask = np.zeros((rows, self.capacity), np.int64)
         logits, at = None, 0
-        for size in _pow2_chunks(width):
+        for size in pow2_chunks(width):
             part = slice(at, at + size)
             # the buffer's free rows are masked; causality inside the chunk is the graph's own
             feed = {"input_ids": input_ids[:, part],
@@ -223,8 +220,3 @@ def _padded(x):
     """``x`` with rows appended (copies of row 0) up to a power of two."""
     extra = next_pow2(len(x)) - len(x)
     return x if not extra else np.concatenate([x, np.repeat(x[:1], extra, axis=0)])
-
-
-def _pow2_chunks(n):
-    """``n`` as powers of two, largest first (100 -> [64, 32, 4])."""
-    return [1 << b for b in reversed(range(int(n).bit_length())) if int(n) >> b & 1]

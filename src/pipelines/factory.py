@@ -1,22 +1,25 @@
-"""``pipeline(task, model, **options)``: resolve the repo, load the graph and the tokenizer."""
+"""``pipeline(task, model, **options)``: resolve the repo once, load the graph and what the task
+declares it needs (``featurizers``: a tokenizer, an image processor)."""
 
 from . import registry
 from .base import PipelineError
 
 
-def pipeline(task, model=None, *, tokenizer=None, config=None, backend="jax", compute_type=None,
-             variant=None, revision=None, cache_dir=None, local_files_only=False, token=None,
-             **options):
+def pipeline(task, model=None, *, tokenizer=None, image_processor=None, config=None,
+             backend="jax", compute_type=None, variant=None, revision=None, cache_dir=None,
+             local_files_only=False, token=None, **options):
     """A ``Pipeline`` for ``task`` (transformers' names and aliases, plus ``text-embedding``,
     ``text-ranking``).
 
     ``model`` is a Hub id ("org/name"), a local folder laid out like one, or a ``transmuter.Model``
-    loaded by hand (then give ``tokenizer=`` and ``config=``, or a repo as ``config=``).
-    ``tokenizer`` may be a ``transmuter`` Tokenizer, a ``tokenizers.Tokenizer``, or a repo/folder.
-    ``variant`` picks the ONNX file ("fp32", "fp16", "q8", "q4", ...); ``revision``, ``cache_dir``,
-    ``local_files_only`` and ``token`` reach the Hub; ``backend`` ("jax", "mlx") and
-    ``compute_type`` reach ``transmuter.load``. Other options (``batch_size``,
-    ``sequence_length``, ``progress`` and the task's own, e.g. ``top_k``) go to the pipeline.
+    loaded by hand (then give ``config=`` and the task's featurizers, or a repo as ``config=``).
+    ``tokenizer`` may be a ``transmuter`` Tokenizer, a ``tokenizers.Tokenizer``, or a repo/folder;
+    ``image_processor`` a ``transmuter`` ImageProcessor, a preprocessor_config dict, or a
+    repo/folder. ``variant`` picks the ONNX file ("fp32", "fp16", "q8", "q4", ...);
+    ``revision``, ``cache_dir``, ``local_files_only`` and ``token`` reach the Hub; ``backend``
+    ("jax", "mlx") and ``compute_type`` reach ``transmuter.load``. Other options
+    (``batch_size``, ``sequence_length``, ``progress`` and the task's own, e.g. ``top_k``) go to
+    the pipeline.
     """
     from .. import hub
     from ..model import Model, load
@@ -34,18 +37,23 @@ def pipeline(task, model=None, *, tokenizer=None, config=None, backend="jax", co
     else:
         repo = hub.resolve(model, **where)
         # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...)
-        component = cls.onnx_component(repo) if hasattr(cls, "onnx_component") else None
-        file = repo.choose(component, variant).path if component else None
-        model = load(repo, file, backend=backend, compute_type=compute_type, variant=variant)
+        component = cls.onnx_component(repo) if hasattr(cls, "onnx_component") else "model"
+        model = load(repo.onnx_file(component, variant), backend=backend,
+                     compute_type=compute_type)
     if repo is not None and not isinstance(config, dict):
         config = repo.config()
     if config is None:
         raise PipelineError("A model given as a transmuter.Model needs config= (config.json as a "
                             "dict, or the repo/folder it came from)")
-    tokenizer = _tokenizer(tokenizer, repo, where)
+    given = {"tokenizer": tokenizer, "image_processor": image_processor}
+    unused = [name for name, value in given.items()
+              if value is not None and name not in cls.featurizers]
+    if unused:
+        raise PipelineError(f"{cls.task} takes no {' or '.join(unused)}")
+    featurizers = {name: _FEATURIZERS[name](given[name], repo, where) for name in cls.featurizers}
     if getattr(cls, "encoder_component", None) and variant is not None:
         options.setdefault("encoder_variant", variant)  # the encoder takes the decoder's variant
-    return cls(model, tokenizer, config, repo=repo, **options)
+    return cls(model, config, repo=repo, **featurizers, **options)
 
 
 def _tokenizer(tokenizer, repo, where):
@@ -63,3 +71,26 @@ def _tokenizer(tokenizer, repo, where):
         # special tokens and limits still come from the repo's tokenizer_config.json
         return Tokenizer(tokenizer, repo.json("tokenizer_config.json", {}) if repo else {})
     return Tokenizer.from_repo(hub.resolve(tokenizer, **where))
+
+
+def _image_processor(processor, repo, where):
+    from .. import hub
+    from ..preprocess.image import ImageProcessor
+
+    if isinstance(processor, ImageProcessor):
+        return processor
+    if isinstance(processor, dict):
+        return ImageProcessor.from_config(processor)
+    if processor is not None:
+        repo = hub.resolve(processor, **where)
+    if repo is None:
+        raise PipelineError("Give image_processor= (a preprocessor_config.json dict, a transmuter "
+                            "ImageProcessor, or a folder) with a model loaded by hand")
+    settings = repo.json("preprocessor_config.json")
+    if settings is None:
+        raise PipelineError(f"{repo.label} has no preprocessor_config.json, so its images cannot "
+                            "be prepared as the model expects; give image_processor=")
+    return ImageProcessor.from_config(settings)
+
+
+_FEATURIZERS = {"tokenizer": _tokenizer, "image_processor": _image_processor}

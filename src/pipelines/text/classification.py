@@ -5,21 +5,21 @@
     pipe(["A", "B"], top_k=None)               -> [[{...} per label, best first], ...]
 """
 
-from ..base import Pipeline, PipelineError, check_text, sigmoid, softmax
+from ..base import PipelineError
+from ..heads import apply, check_function, default_function
+from .base import TextPipeline, check_text
 
-FUNCTIONS = ("softmax", "sigmoid", "none")
 
-
-class TextClassificationPipeline(Pipeline):
+class TextClassificationPipeline(TextPipeline):
     task = "text-classification"
 
-    def __init__(self, model, tokenizer, config=None, **kwargs):
+    def __init__(self, model, config=None, **kwargs):
         if not (config or {}).get("id2label"):
             raise PipelineError(
                 f"{self.task}: the model's config.json has no id2label, so it has no "
                 "classification head to name labels with; use a model fine-tuned for "
                 "sequence classification (or feature-extraction for this one)")
-        super().__init__(model, tokenizer, config, **kwargs)
+        super().__init__(model, config, **kwargs)
 
     def _sanitize_parameters(self, top_k="", function_to_apply=None, **unknown):
         super()._sanitize_parameters(**unknown)
@@ -29,11 +29,7 @@ class TextClassificationPipeline(Pipeline):
         elif top_k != "":
             raise PipelineError(f"top_k must be an int or None, got {top_k!r}")
         if function_to_apply is not None:
-            function_to_apply = str(function_to_apply).lower()
-            if function_to_apply not in FUNCTIONS:
-                raise PipelineError(f"function_to_apply must be one of {FUNCTIONS}, got "
-                                    f"{function_to_apply!r}")
-            post["function_to_apply"] = function_to_apply
+            post["function_to_apply"] = check_function(function_to_apply)
         return {}, {}, post
 
     def _is_single(self, inputs):
@@ -56,7 +52,7 @@ class TextClassificationPipeline(Pipeline):
 
     def postprocess(self, outputs, top_k=1, legacy=True, function_to_apply=None):
         logits = self.output(outputs[0], "logits")
-        scores = apply(logits, function_to_apply or self.default_function())
+        scores = apply(logits, function_to_apply or default_function(self.config))
         if top_k == 1 and legacy:
             return {"label": self.label(scores.argmax()), "score": scores.max().item()}
         ranked = [{"label": self.label(i), "score": s.item()} for i, s in enumerate(scores)]
@@ -64,26 +60,6 @@ class TextClassificationPipeline(Pipeline):
             ranked.sort(key=lambda x: x["score"], reverse=True)
             ranked = ranked if top_k is None else ranked[:top_k]
         return ranked
-
-    def default_function(self):
-        """transformers' choice: regression -> none; multi-label or one label -> sigmoid;
-        else softmax."""
-        problem = self.config.get("problem_type")
-        num_labels = len(self.config.get("id2label") or {})
-        if problem == "regression":
-            return "none"
-        if problem == "multi_label_classification" or num_labels == 1:
-            return "sigmoid"
-        return "softmax"
-
-
-def apply(logits, function):
-    logits = logits.astype("float32", copy=False)
-    if function == "sigmoid":
-        return sigmoid(logits)
-    if function == "softmax":
-        return softmax(logits)
-    return logits
 
 
 def _is_pair(inputs):

@@ -18,7 +18,8 @@ import re
 
 import numpy as np
 
-from ..base import Pipeline, PipelineError, check_text
+from ..base import PipelineError
+from .base import TextPipeline, check_text
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ _ALIASES = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max",
             "mean_sqrt_len": "mean_sqrt_len_tokens"}
 
 
-class FeatureExtractionPipeline(Pipeline):
+class FeatureExtractionPipeline(TextPipeline):
     """transformers' FeatureExtractionPipeline: the first output (last_hidden_state) per token."""
 
     task = "feature-extraction"
@@ -52,12 +53,12 @@ class FeatureExtractionPipeline(Pipeline):
         return hidden if return_tensors else hidden.tolist()
 
 
-class TextEmbeddingPipeline(Pipeline):
+class TextEmbeddingPipeline(TextPipeline):
     """Sentence embeddings: pooled (and by default normalized) token embeddings."""
 
     task = "text-embedding"
 
-    def __init__(self, model, tokenizer, config=None, *, repo=None, pooling=None, normalize=None,
+    def __init__(self, model, config=None, *, repo=None, pooling=None, normalize=None,
                  **kwargs):
         settings = sentence_transformers_settings(repo) if repo is not None else {}
         self.modes = _pooling_modes(pooling) if pooling is not None else settings.get("pooling")
@@ -74,10 +75,8 @@ class TextEmbeddingPipeline(Pipeline):
                 "repo, nor in the base_model its README names); give pooling='mean' or 'cls' "
                 "(and normalize=True/False)")
         self.lowercase = settings.get("do_lower_case", False)
-        super().__init__(model, tokenizer, config, repo=repo, **kwargs)
-        if settings.get("max_seq_length"):
-            self.sequence_lengths = tuple(sorted({min(b, settings["max_seq_length"])
-                                                  for b in self.sequence_lengths}))
+        super().__init__(model, config, repo=repo, max_length=settings.get("max_seq_length"),
+                         **kwargs)
 
     def preprocess(self, text):
         text = check_text(text, "text")
@@ -86,7 +85,7 @@ class TextEmbeddingPipeline(Pipeline):
 
     def _forward(self, chunks):
         # Pool the whole padded batch at once, on the host: one vectorized NumPy pass.
-        feed = self._feed([c["encoding"] for c in chunks])
+        feed = self._feed(chunks)
         out = self._run_model(feed)
         hidden = self.output(out, "last_hidden_state", "token_embeddings")
         embeddings = pool(hidden, feed["attention_mask"], self.modes)

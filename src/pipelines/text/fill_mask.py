@@ -6,17 +6,19 @@
 
 import numpy as np
 
-from ..base import Pipeline, PipelineError, check_text, softmax
+from ..base import PipelineError
+from ..heads import softmax
+from .base import TextPipeline, check_text
 
 
-class FillMaskPipeline(Pipeline):
+class FillMaskPipeline(TextPipeline):
     task = "fill-mask"
 
-    def __init__(self, model, tokenizer, config=None, **kwargs):
-        if tokenizer.mask_token_id is None:
+    def __init__(self, model, config=None, **kwargs):
+        if kwargs["tokenizer"].mask_token_id is None:
             raise PipelineError("fill-mask: the tokenizer defines no mask_token "
                                 "(tokenizer_config.json), so this model cannot fill masks")
-        super().__init__(model, tokenizer, config, **kwargs)
+        super().__init__(model, config, **kwargs)
 
     def _sanitize_parameters(self, top_k=None, targets=None, **unknown):
         super()._sanitize_parameters(**unknown)

@@ -10,10 +10,11 @@ tokens; each window is a chunk (a row of a batch), and the best spans over all w
 
 import numpy as np
 
-from ..base import Pipeline, PipelineError, check_text
+from ..base import PipelineError
+from .base import TextPipeline, check_text
 
 
-class QuestionAnsweringPipeline(Pipeline):
+class QuestionAnsweringPipeline(TextPipeline):
     task = "question-answering"
 
     def _sanitize_parameters(self, top_k=None, doc_stride=None, max_answer_len=None,

@@ -12,20 +12,22 @@ CrossEncoder does for a one-label model.
 
 import numpy as np
 
-from ..base import Pipeline, PipelineError, check_text, sigmoid
+from ..base import PipelineError
+from ..heads import sigmoid
+from .base import TextPipeline, check_text
 
 
-class TextRankingPipeline(Pipeline):
+class TextRankingPipeline(TextPipeline):
     task = "text-ranking"
 
-    def __init__(self, model, tokenizer, config=None, **kwargs):
+    def __init__(self, model, config=None, **kwargs):
         config = config or {}
         labels = len(config.get("id2label") or {}) or config.get("num_labels", 1)
         if labels != 1:
             raise PipelineError(f"text-ranking needs a cross-encoder with one output score; this "
                                 f"model has {labels} labels (try text-classification)")
         self.activation = _activation(config)
-        super().__init__(model, tokenizer, config, **kwargs)
+        super().__init__(model, config, **kwargs)
 
     def _sanitize_parameters(self, top_k=None, return_documents=False, **unknown):
         super()._sanitize_parameters(**unknown)

@@ -20,36 +20,35 @@ target's token forced first (``forced_bos_token_id``). ``translation`` needs bot
     pipe("The house is wonderful.", src_lang="eng_Latn", tgt_lang="fra_Latn")
 """
 
-import weakref
-
 from ...generation import GenerationConfig
 from ...generation.config import OPTIONS, check_options
 from ...generation.seq2seq import Seq2SeqGenerator
-from ..base import Pipeline, PipelineError, check_text
+from ..base import PipelineError
+from .base import TextPipeline, check_text
 
 # transformers' Text2TextGenerationPipeline._default_generation_config (4.57): beam search.
 PIPELINE_DEFAULTS = {"max_new_tokens": 256, "num_beams": 4}
-# One generator per decoder model, shared by the pipelines over it (each step shape compiles once).
-_GENERATORS = weakref.WeakKeyDictionary()
 
 
-class Text2TextGenerationPipeline(Pipeline):
+class Text2TextGenerationPipeline(TextPipeline):
     task = "text2text-generation"
     return_name = "generated"
     # the second graph this task loads; factory.pipeline passes its variant= on as encoder_variant=
     encoder_component = "encoder_model"
 
-    def __init__(self, model, tokenizer, config=None, *, repo=None, encoder=None,
+    def __init__(self, model, config=None, *, repo=None, encoder=None,
                  encoder_variant=None, **kwargs):
-        self.generator = _GENERATORS.get(model)
+        # one generator per decoder model, shared by the pipelines over it (each step shape
+        # compiles once); it lives on the model and dies with it
+        self.generator = model.shared.get("seq2seq")
         if self.generator is None or encoder is not None:
             encoder = encoder or _load_encoder(repo, model, encoder_variant)
-            self.generator = _GENERATORS[model] = Seq2SeqGenerator(encoder, model, config)
+            self.generator = model.shared["seq2seq"] = Seq2SeqGenerator(encoder, model, config)
         self.generation_file = repo.json("generation_config.json", {}) if repo else {}
         params = dict((config or {}).get("task_specific_params") or {}).get(self.task) or {}
         self.prefix = params.get("prefix", (config or {}).get("prefix")) or ""
         self.task_options = {k: v for k, v in params.items() if k in OPTIONS}
-        super().__init__(model, tokenizer, config, repo=repo, **kwargs)
+        super().__init__(model, config, repo=repo, **kwargs)
 
     @staticmethod
     def onnx_component(repo):

@@ -16,16 +16,17 @@ from ...generation.config import check_options
 from ...generation.streaming import stream as stream_text
 from ...preprocess import chat_template
 from ...preprocess.tokenizer import clean_up_tokenization
-from ..base import Pipeline, PipelineError, check_text
+from ..base import PipelineError
+from .base import TextPipeline, check_text
 
 
-class TextGenerationPipeline(Pipeline):
+class TextGenerationPipeline(TextPipeline):
     task = "text-generation"
 
-    def __init__(self, model, tokenizer, config=None, *, repo=None, **kwargs):
+    def __init__(self, model, config=None, *, repo=None, **kwargs):
         self.generator = Generator(model, config)
         self.generation_file = repo.json("generation_config.json", {}) if repo else {}
-        super().__init__(model, tokenizer, config, repo=repo, **kwargs)
+        super().__init__(model, config, repo=repo, **kwargs)
 
     @staticmethod
     def onnx_component(repo):

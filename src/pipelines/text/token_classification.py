@@ -11,19 +11,21 @@ largest compiled length (transformers' ``truncation=True``).
 
 import numpy as np
 
-from ..base import Pipeline, PipelineError, check_text, softmax
+from ..base import PipelineError
+from ..heads import softmax
+from .base import TextPipeline, check_text
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 
 
-class TokenClassificationPipeline(Pipeline):
+class TokenClassificationPipeline(TextPipeline):
     task = "token-classification"
 
-    def __init__(self, model, tokenizer, config=None, **kwargs):
+    def __init__(self, model, config=None, **kwargs):
         if not (config or {}).get("id2label"):
             raise PipelineError(f"{self.task}: the model's config.json has no id2label, so it has "
                                 "no token classification head; use a model fine-tuned for it")
-        super().__init__(model, tokenizer, config, **kwargs)
+        super().__init__(model, config, **kwargs)
 
     def _sanitize_parameters(self, aggregation_strategy="none", ignore_labels=None, **unknown):
         super()._sanitize_parameters(**unknown)

@@ -9,13 +9,14 @@ entailment logit (id from label2id) scores it.
 
 import numpy as np
 
-from ..base import Pipeline, PipelineError, check_text
+from ..base import PipelineError
+from .base import TextPipeline, check_text
 
 
-class ZeroShotClassificationPipeline(Pipeline):
+class ZeroShotClassificationPipeline(TextPipeline):
     task = "zero-shot-classification"
 
-    def __init__(self, model, tokenizer, config=None, **kwargs):
+    def __init__(self, model, config=None, **kwargs):
         label2id = (config or {}).get("label2id") or {}
         if not label2id:
             raise PipelineError("zero-shot-classification needs an NLI model: its config.json "
@@ -23,7 +24,7 @@ class ZeroShotClassificationPipeline(Pipeline):
         # transformers: the first label starting with "entail", else -1 (with a warning)
         self.entailment_id = next((int(i) for label, i in label2id.items()
                                    if label.lower().startswith("entail")), -1)
-        super().__init__(model, tokenizer, config, **kwargs)
+        super().__init__(model, config, **kwargs)
 
     def _sanitize_parameters(self, candidate_labels=None, hypothesis_template="This example is {}.",
                              multi_label=False, multi_class=None, **unknown):

@@ -24,7 +24,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..base import Pipeline, PipelineError, check_text, sigmoid
+from .. import buckets
+from ..base import PipelineError
+from ..heads import sigmoid
+from .base import TextPipeline, check_text
 
 WORDS = re.compile(r"\w+(?:[-_]\w+)*|\S")  # gliner's WhitespaceTokenSplitter
 POOLING = ("first", "last", "mean", "max")
@@ -33,10 +36,10 @@ SPAN_INPUTS = {"input_ids", "attention_mask", "words_mask", "text_lengths", "spa
                "span_mask"}
 
 
-class ZeroShotEntityRecognitionPipeline(Pipeline):
+class ZeroShotEntityRecognitionPipeline(TextPipeline):
     task = "zero-shot-entity-recognition"
 
-    def __init__(self, model, tokenizer, config=None, *, repo=None, **kwargs):
+    def __init__(self, model, config=None, *, repo=None, **kwargs):
         self.gliner = _gliner_config(config, repo)
         names = {v.name for v in model.inputs}
         unknown = names - SPAN_INPUTS
@@ -53,7 +56,7 @@ class ZeroShotEntityRecognitionPipeline(Pipeline):
         self.pooling = self.gliner.get("subtoken_pooling") or "first"
         self.pooling = self.pooling if isinstance(self.pooling, str) else "first"
         _check_supported(self.gliner, self.pooling, self.span_model)
-        super().__init__(model, tokenizer, config, repo=repo, **kwargs)
+        super().__init__(model, config, repo=repo, **kwargs)
 
     # --- options -------------------------------------------------------------------------------
 
@@ -116,17 +119,6 @@ class ZeroShotEntityRecognitionPipeline(Pipeline):
             out.append(dict(c, logits=row))
         return out
 
-    def _run_model(self, feed):
-        """As the base class, with room for more compiled segments: a GLiNER graph breaks into
-        ~8 (at each NonZero and data-sized Range/ConstantOfShape) per padded shape."""
-        from ... import compile as compile_model
-        from ..base import _COMPILED
-        if self._fn is None:
-            self._fn = _COMPILED.get(self.model)
-        if self._fn is None:
-            self._fn = _COMPILED[self.model] = compile_model(self.model, feed, cache_size=128)
-        return {k: np.asarray(v) for k, v in self._fn(feed).items()}
-
     def _feed_gliner(self, chunks):
         """The graph's inputs for ``chunks``, as gliner's collator makes them (tokens, word
         numbers, word counts, every span of up to max_width words), padded to a few shapes.
@@ -139,9 +131,8 @@ class ZeroShotEntityRecognitionPipeline(Pipeline):
         the batch's count up to a multiple of ``words``. The real rows' logits do not change."""
         encodings = [c["encoding"] for c in chunks]
         longest = max(len(e.ids) for e in encodings)
-        length = next((b for b in self.sequence_lengths if b >= longest), longest)
-        cap = max(len(chunks), getattr(self, "_rows_cap", self.batch_size))
-        rows = min(1 << (len(chunks) - 1).bit_length(), cap)
+        length = buckets.length(longest, self.sequence_lengths)
+        rows = self._rows(len(chunks))
         feed = self.tokenizer.pad(encodings, length, ["input_ids", "attention_mask"])
         feed["words_mask"] = np.zeros_like(feed["input_ids"])
         for i, c in enumerate(chunks):
@@ -151,8 +142,8 @@ class ZeroShotEntityRecognitionPipeline(Pipeline):
             feed["words_mask"][i, where] = c["words_mask"]
         feed["text_lengths"] = np.array([[c["num_words"]] for c in chunks], np.int64)
         longest_text = max(c["num_words"] for c in chunks)
-        words = _pow2(longest_text, self.max_words, least=32)
-        classes = _pow2(max(len(c["names"]) for c in chunks), length, least=4)
+        words = buckets.pow2(longest_text, self.max_words, least=32)
+        classes = buckets.pow2(max(len(c["names"]) for c in chunks), length, least=4)
         ent = self.tokenizer.token_to_id(self.ent_token)
         balance = ent is not None and words <= length and classes <= length
         words = words if balance else longest_text  # unbalanced: the graph's own sizes
@@ -283,11 +274,6 @@ def _words_mask(word_ids, skip, pooling):
             mask.append(seen - skip if seen > skip and chosen else 0)
         previous = wid
     return mask
-
-
-def _pow2(n, cap, least):
-    """The power of two >= n (at least ``least``), but at most max(n, cap)."""
-    return min(max(least, 1 << (n - 1).bit_length()), max(n, cap))
 
 
 def _spans(chunks, words, width):

@@ -1,0 +1,48 @@
+"""The one padding policy: the few compiled shapes a batch is padded to.
+
+A compiled graph is specialised to its input shapes, so each new shape costs a compile. Inputs are
+padded up to a small set of sizes instead: row counts to powers of two, sequence lengths to a
+list of buckets, image sides to multiples of a step. Every pipeline and the generation package
+take their sizes from here, so the policy is written once.
+"""
+
+DEFAULT_SEQUENCE_LENGTHS = (32, 128, 512)
+# Compiled signatures a pipeline's model keeps (an LRU). Rows x lengths x segments of a graph
+# that breaks (GLiNER breaks into ~8 segments per shape) fit with room to spare.
+COMPILED_CACHE_SIZE = 128
+
+
+def next_pow2(n):
+    """The smallest power of two >= ``n`` (1 for 0 or 1)."""
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def pow2_chunks(n):
+    """``n`` as powers of two, largest first (100 -> [64, 32, 4])."""
+    return [1 << b for b in reversed(range(int(n).bit_length())) if int(n) >> b & 1]
+
+
+def pow2(n, cap, least=1):
+    """The power of two >= ``n`` (at least ``least``), but never past max(n, cap): a batch of 5
+    rows pads to 8, while 5 rows with ``cap`` 6 stay 6 (no shape above the batch size)."""
+    return min(max(least, next_pow2(n)), max(n, cap))
+
+
+def length(n, lengths):
+    """The smallest bucket of ``lengths`` (sorted) that holds ``n``, else ``n`` itself."""
+    return next((b for b in lengths if b >= n), n)
+
+
+def lengths(given, cap, what="sequence_length"):
+    """Sorted buckets from an int or a list of ints, each capped at ``cap``."""
+    from .base import PipelineError
+
+    given = [given] if isinstance(given, int) else list(given)
+    if not given or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in given):
+        raise PipelineError(f"{what} must be a positive int or a list of them, got {given!r}")
+    return tuple(sorted({min(b, cap) for b in given}))
+
+
+def multiple(n, step):
+    """``n`` rounded up to a multiple of ``step`` (image sides of graphs that take any size)."""
+    return -(-int(n) // step) * step
