@@ -23,6 +23,11 @@ TASKS = {
     "text2text-generation": ("text.text2text", "Text2TextGenerationPipeline"),
     "summarization": ("text.text2text", "SummarizationPipeline"),
     "translation": ("text.text2text", "TranslationPipeline"),
+    "image-classification": ("vision.classification", "ImageClassificationPipeline"),
+    "zero-shot-image-classification": ("vision.zero_shot", "ZeroShotImageClassificationPipeline"),
+    "object-detection": ("vision.detection", "ObjectDetectionPipeline"),
+    "image-segmentation": ("vision.segmentation", "ImageSegmentationPipeline"),
+    "depth-estimation": ("vision.depth", "DepthEstimationPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -33,10 +38,10 @@ ALIASES = {
     "reranking": "text-ranking",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
-PLANNED = {"image-classification", "object-detection",
-           "image-segmentation", "depth-estimation", "automatic-speech-recognition",
-           "audio-classification", "zero-shot-image-classification", "image-to-text",
-           "text-to-audio", "background-removal", "image-feature-extraction"}
+PLANNED = {"automatic-speech-recognition", "audio-classification",
+           "zero-shot-audio-classification", "image-to-text", "text-to-audio", "text-to-speech",
+           "background-removal", "image-feature-extraction", "zero-shot-object-detection",
+           "mask-generation", "image-to-image"}
 
 
 def normalize(task):
@@ -53,8 +58,8 @@ def get(task):
         return get("translation").for_task(name)
     if name not in TASKS:
         if name in PLANNED:
-            raise PipelineError(f"Task {task!r} has no pipeline in Transmuter yet; the text tasks "
-                                f"are: {', '.join(supported())}")
+            raise PipelineError(f"Task {task!r} has no pipeline in Transmuter yet; the tasks "
+                                f"it has: {', '.join(supported())}")
         raise PipelineError(f"Unknown task {task!r}; known tasks: {', '.join(supported())} "
                             f"(aliases: {', '.join(f'{a} -> {t}' for a, t in ALIASES.items())})")
     module, cls = TASKS[name]

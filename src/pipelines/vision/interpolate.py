@@ -1,0 +1,56 @@
+"""torch.nn.functional.interpolate (align_corners=False, no antialias) in NumPy, for the
+post-processing transformers runs on model outputs (depth maps, segmentation logits)."""
+
+import numpy as np
+
+
+def bilinear(x, size):
+    """``interpolate(x[None], size, mode="bilinear")`` of ``x`` [..., H, W]."""
+    return _separable(x, size, _linear_weights)
+
+
+def bicubic(x, size):
+    """``interpolate(x[None], size, mode="bicubic")`` of ``x`` [..., H, W] (A = -0.75, edges
+    clamped, as upsample_bicubic2d)."""
+    return _separable(x, size, _cubic_weights)
+
+
+def _separable(x, size, weights):
+    x = np.asarray(x, np.float32)
+    for axis, (n_in, n_out) in zip((-2, -1), zip(x.shape[-2:], size)):
+        x = np.moveaxis(np.tensordot(x, weights(n_in, int(n_out)), axes=([axis], [1])), -1, axis)
+    return x.astype(np.float32)
+
+
+def _source(n_in, n_out):
+    # area_pixel_compute_source_index: the output pixel centre in input coordinates
+    return (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
+
+
+def _linear_weights(n_in, n_out):
+    src = np.maximum(_source(n_in, n_out), 0.0)  # linear modes clamp negative sources to 0
+    left = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    right = np.minimum(left + 1, n_in - 1)
+    t = src - left
+    w = np.zeros((n_out, n_in))
+    np.add.at(w, (np.arange(n_out), left), 1 - t)
+    np.add.at(w, (np.arange(n_out), right), t)
+    return w
+
+
+def _cubic_weights(n_in, n_out, a=-0.75):
+    src = _source(n_in, n_out)  # cubic does not clamp: taps past the edges read the edge pixel
+    base = np.floor(src).astype(np.int64)
+    t = src - base
+    taps = [_cubic(t + 1, a), _cubic(t, a), _cubic(1 - t, a), _cubic(2 - t, a)]
+    w = np.zeros((n_out, n_in))
+    for k, tap in enumerate(taps):
+        np.add.at(w, (np.arange(n_out), np.clip(base - 1 + k, 0, n_in - 1)), tap)
+    return w
+
+
+def _cubic(d, a):
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))

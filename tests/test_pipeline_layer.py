@@ -1,0 +1,85 @@
+"""The modality-free pipeline layer: every recorded reference is run by some test, models and
+their compiled functions are freed with the pipeline, one padding policy, featurizers chosen by
+the task."""
+
+import gc
+import weakref
+
+import pytest
+
+import transmuter
+from transmuter.pipelines import PipelineError, buckets, registry
+
+from . import test_generation_pipeline, test_pipelines_text, test_pipelines_vision, test_text2text
+from .fixtures import ROOT, pipeline_references
+
+# task -> the test module whose tests parametrize over every reference of that task
+RUN_BY = {
+    **{task: test_pipelines_text for task in test_pipelines_text.ENCODER_TASKS},
+    **{task: test_pipelines_vision for task in test_pipelines_vision.VISION_TASKS},
+    "text-generation": test_generation_pipeline,
+    "text2text-generation": test_text2text,
+    "translation": "tests/test_translation_nllb.py",  # NLLB: the one translation fixture
+    "zero-shot-entity-recognition": "tests/test_pipelines_gliner.py",
+}
+
+
+@pytest.mark.parametrize("fixture,task", pipeline_references(),
+                         ids=[f"{f}-{t}" for f, t in pipeline_references()])
+def test_every_recorded_reference_is_checked(fixture, task):
+    if registry.normalize(task) in registry.PLANNED:
+        pytest.xfail(f"no {task} pipeline yet: {fixture}'s reference waits for it")
+    assert task in RUN_BY, (f"{fixture}/references/pipeline_{task}.json is recorded, but no test "
+                            f"runs {task} references: add the task to a test that discovers them")
+    if task == "translation":
+        assert fixture == "nllb", "test_translation_nllb.py runs only nllb's translation reference"
+    if task == "zero-shot-entity-recognition":
+        from . import test_pipelines_gliner
+        assert fixture in test_pipelines_gliner.FIXTURES
+
+
+def _freed(task, fixture, *inputs, **options):
+    pipe = transmuter.pipeline(task, ROOT / fixture, **options)
+    pipe(*inputs)
+    refs = [weakref.ref(pipe.model), *(weakref.ref(v) for v in pipe.model.shared.values())]
+    assert len(refs) > 1, "the call should have left a compiled function on the model"
+    del pipe
+    gc.collect()
+    return [r() is None for r in refs]
+
+
+def test_model_and_compiled_function_die_with_the_pipeline():
+    assert all(_freed("text-classification", "bert-sequence-classification", "Hi there",
+                      sequence_length=32))
+
+
+def test_seq2seq_generator_dies_with_the_pipeline():
+    assert all(_freed("text2text-generation", "t5", "translate: hello", max_new_tokens=2,
+                      num_beams=1, variant="fp32"))
+
+
+def test_one_padding_policy():
+    assert [buckets.next_pow2(n) for n in (0, 1, 2, 3, 5, 64, 65)] == [1, 1, 2, 4, 8, 64, 128]
+    assert buckets.pow2_chunks(100) == [64, 32, 4]
+    assert buckets.pow2(5, 8) == 8 and buckets.pow2(5, 6) == 6 and buckets.pow2(9, 4) == 9
+    assert buckets.pow2(3, 512, least=32) == 32
+    assert buckets.length(20, (32, 128)) == 32 and buckets.length(200, (32, 128)) == 200
+    assert buckets.lengths([512, 32, 128], 256) == (32, 128, 256)
+    assert buckets.multiple(33, 32) == 64 and buckets.multiple(32, 32) == 32
+    with pytest.raises(PipelineError, match="sequence_length"):
+        buckets.lengths([0], 512)
+
+
+def test_featurizers_follow_the_task():
+    with pytest.raises(PipelineError, match="takes no image_processor"):
+        transmuter.pipeline("text-classification", ROOT / "bert-sequence-classification",
+                            image_processor={})
+
+
+@pytest.mark.parametrize("option", [{"batch_size": 0}, {"batch_size": 1.5}, {"batch_size": "8"},
+                                    {"cache_size": -1}, {"batch_size": True}])
+def test_bad_sizes_are_clear_errors(option):
+    name = next(iter(option))
+    with pytest.raises(PipelineError, match=f"{name} must be a positive int"):
+        transmuter.pipeline("text-classification", ROOT / "bert-sequence-classification",
+                            **option)
