@@ -160,6 +160,42 @@ class BitImageProcessor(_ShortestEdge):
         self.do_convert_rgb = bool(do_convert_rgb)
 
 
+@register("MobileNetV1ImageProcessor")
+class MobileNetV1ImageProcessor(_ShortestEdge):
+    def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_center_crop=True,
+              crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
+              image_mean=None, image_std=None):
+        self.read_shortest(do_resize, size if size is not None else {"shortest_edge": 256},
+                           resample, do_rescale, rescale_factor, do_normalize, image_mean,
+                           image_std, IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD)
+        self.read_crop(do_center_crop, crop_size if crop_size is not None
+                       else {"height": 224, "width": 224})
+
+
+@register("MobileNetV2ImageProcessor")
+class MobileNetV2ImageProcessor(MobileNetV1ImageProcessor):
+    def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_center_crop=True,
+              crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
+              image_mean=None, image_std=None, do_reduce_labels=False):
+        super().setup(do_resize=do_resize, size=size, resample=resample,
+                      do_center_crop=do_center_crop, crop_size=crop_size, do_rescale=do_rescale,
+                      rescale_factor=rescale_factor, do_normalize=do_normalize,
+                      image_mean=image_mean, image_std=image_std)
+
+
+@register("OwlViTImageProcessor")
+class OwlViTImageProcessor(_Resized):
+    def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=False,
+              crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
+              image_mean=None, image_std=None):
+        # an old config's `rescale` key never reaches do_rescale (__init__ overwrites it)
+        self.read(do_resize, size if size is not None else {"height": 768, "width": 768}, resample,
+                  do_rescale, rescale_factor, do_normalize, image_mean, image_std,
+                  OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)
+        self.read_crop(do_center_crop, crop_size if crop_size is not None
+                       else {"height": 768, "width": 768})
+
+
 @register("ConvNextImageProcessor")
 class ConvNextImageProcessor(_Resized):
     def setup(self, *, do_resize=True, size=None, crop_pct=None, resample=BILINEAR,

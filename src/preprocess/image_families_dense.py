@@ -17,9 +17,11 @@ from .image_processor import ImageProcessor, register
 from .image_zoom import owlv2_resize
 
 
-@register("DetrImageProcessor", "GroundingDinoImageProcessor")
+@register("DetrImageProcessor", "GroundingDinoImageProcessor", "ConditionalDetrImageProcessor",
+          "DeformableDetrImageProcessor")
 class DetrImageProcessor(ImageProcessor):
-    """DetrImageProcessor (GroundingDinoImageProcessor is a verbatim copy of its preprocessing):
+    """DetrImageProcessor (Grounding DINO's, Conditional and Deformable DETR's are verbatim copies
+    of its preprocessing):
     resize, rescale, normalize, then pad bottom / right with zeros (to pad_size, or to the batch's
     largest image) with a pixel_mask of 1 on real pixels."""
 
