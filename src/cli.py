@@ -7,6 +7,10 @@ line per input: ``{"input": ..., "output": ...}`` (plus ``"file"`` for inputs re
 Inputs: the TEXT arguments; a FILE holds one input per line (a .jsonl file one JSON value per
 line, e.g. {"question": ..., "context": ...}); a DIR gives one input per text file (*.txt, *.md),
 its whole content. Without TEXT or --input, lines are read from standard input.
+
+Image tasks take image paths instead (arguments, lines of a FILE, or every image under a DIR);
+images and large arrays in the results (masks, depth maps) are written as PNG / .npy files into
+a folder beside the output (``out.jsonl`` -> ``out_files/``), and the JSON line names them.
 """
 
 import argparse
@@ -15,6 +19,7 @@ import pathlib
 import sys
 
 TEXT_SUFFIXES = (".txt", ".md", ".text")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
 def main(argv=None):
@@ -28,12 +33,16 @@ def main(argv=None):
         options["variant"] = args.variant
     pipe = transmuter.pipeline(args.task, args.model, backend=args.backend,
                                batch_size=args.batch_size, **options)
+    images = "image_processor" in pipe.featurizers
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    files = _Files(pathlib.Path(args.output).with_suffix("") if args.output else
+                   pathlib.Path("transmuter_output"))
     try:
-        meta, texts = _split(_inputs(args))
+        meta, texts = _split(_inputs(args, images))
         # results first: computing one reads its input, which queues that input's metadata
-        for result, info in zip(pipe(texts, progress=not args.quiet), meta):
-            out.write(json.dumps({**info, "output": _jsonable(result)}, ensure_ascii=False) + "\n")
+        for n, (result, info) in enumerate(zip(pipe(texts, progress=not args.quiet), meta)):
+            value = _jsonable(result, files, f"{n:06d}")
+            out.write(json.dumps({**info, "output": value}, ensure_ascii=False) + "\n")
             out.flush()
     finally:
         if out is not sys.stdout:
@@ -58,15 +67,17 @@ def _parser():
     return parser
 
 
-def _inputs(args):
-    """(metadata, input) pairs, lazily: files are read one at a time."""
+def _inputs(args, images=False):
+    """(metadata, input) pairs, lazily: files are read one at a time (image files by the
+    pipeline, which is given their paths)."""
     for text in args.text:
         yield {"input": text}, text
     if args.input:
         path = pathlib.Path(args.input)
         if path.is_dir():
-            for f in sorted(p for p in path.rglob("*") if p.suffix in TEXT_SUFFIXES):
-                yield {"file": str(f)}, f.read_text(encoding="utf-8")
+            suffixes = IMAGE_SUFFIXES if images else TEXT_SUFFIXES
+            for f in sorted(p for p in path.rglob("*") if p.suffix.lower() in suffixes):
+                yield {"file": str(f)}, str(f) if images else f.read_text(encoding="utf-8")
         elif path.is_file():
             yield from _lines(path.open(encoding="utf-8"), path.suffix == ".jsonl")
         else:
@@ -103,13 +114,33 @@ def _split(records):
     return meta(), texts()
 
 
-def _jsonable(value):
+class _Files:
+    """Where images and large arrays of the results go: ``folder``, made on first use."""
+
+    def __init__(self, folder):
+        self.folder = pathlib.Path(str(folder) + "_files")
+
+    def save(self, value, name):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if hasattr(value, "getbands"):  # a PIL image: a mask, a depth map
+            path = self.folder / f"{name}.png"
+            value.save(path)
+        else:
+            import numpy as np
+            path = self.folder / f"{name}.npy"
+            np.save(path, value)
+        return {"file": str(path)}
+
+
+def _jsonable(value, files, name):
+    if hasattr(value, "getbands") or getattr(value, "ndim", 0) >= 2:  # images, maps: files
+        return files.save(value, name)
     if hasattr(value, "tolist"):
         return value.tolist()
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: _jsonable(v, files, f"{name}_{k}") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, files, f"{name}_{i}") for i, v in enumerate(value)]
     return value
 
 

@@ -34,3 +34,28 @@ def test_run_texts_file_and_folder(tmp_path, capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["file"].rsplit("/", 1)[-1] for r in rows] == ["a.txt", "b.md"]
     assert all(set(r["output"]) == {"label", "score"} for r in rows)
+
+
+def test_run_folder_of_images_writes_maps_as_files(tmp_path):
+    import shutil
+
+    import numpy as np
+    from PIL import Image
+
+    photos = tmp_path / "photos"
+    (photos / "sub").mkdir(parents=True)
+    refs = ROOT / "segformer" / "references"
+    shutil.copy(refs / "image_0.png", photos / "a.png")
+    shutil.copy(refs / "image_1.png", photos / "sub" / "b.PNG")
+    (photos / "notes.txt").write_text("not an image")
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["run", "image-segmentation", str(ROOT / "segformer"), "--input", str(photos),
+                     "--output", str(out), "--quiet"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["file"].rsplit("/", 1)[-1] for r in rows] == ["a.png", "b.PNG"]
+    recorded = json.loads((refs / "pipeline_image-segmentation.json").read_text())["outputs"]
+    for row, want in zip(rows, recorded):
+        assert [s["label"] for s in row["output"]] == [s["label"] for s in want]
+        mask = Image.open(row["output"][0]["mask"]["file"])
+        assert list(mask.size) == want[0]["mask"]["pil_image"]["size"]
+        assert int(np.asarray(mask, np.int64).sum()) == want[0]["mask"]["pil_image"]["sum"]
