@@ -30,11 +30,15 @@ class _Resized(ImageProcessor):
         self.do_resize = do_resize
         self.size = size_dict(size, default_to_square=default_to_square)
         if do_resize:
-            require(self.size, ("height", "width"), self.name)
+            self.check_size()
         self.resample = self.read_resample(do_resize, resample)
         self.read_common(do_rescale=do_rescale, rescale_factor=rescale_factor,
                          do_normalize=do_normalize, image_mean=image_mean, image_std=image_std,
                          default_mean=mean, default_std=std)
+
+    def check_size(self):
+        """The keys the family's resize reads (it raises on others), checked up front."""
+        require(self.size, ("height", "width"), self.name)
 
     def read_crop(self, do_center_crop, crop_size):
         self.do_center_crop = do_center_crop
@@ -119,20 +123,18 @@ class _ShortestEdge(_Resized):
             return shortest_edge_size(image_hw, self.size["shortest_edge"], default_to_square=False)
         return (self.size["height"], self.size["width"])
 
+    def check_size(self):
+        if "shortest_edge" not in self.size:
+            require(self.size, ("height", "width"), self.name)
+
     def read_shortest(self, do_resize, size, resample, do_rescale, rescale_factor, do_normalize,
                       image_mean, image_std, mean, std):
-        self.read(False, size, resample, do_rescale, rescale_factor, do_normalize, image_mean,
+        self.read(do_resize, size, resample, do_rescale, rescale_factor, do_normalize, image_mean,
                   image_std, mean, std, default_to_square=False)
-        self.do_resize = do_resize
-        if do_resize and "shortest_edge" not in self.size:
-            require(self.size, ("height", "width"), self.name)
-        self.resample = self.read_resample(do_resize, resample)
 
 
 @register("CLIPImageProcessor")
 class CLIPImageProcessor(_ShortestEdge):
-    legacy = ("use_square_size",)
-
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_convert_rgb=True, use_square_size=False):
@@ -140,6 +142,7 @@ class CLIPImageProcessor(_ShortestEdge):
                            resample, do_rescale, rescale_factor, do_normalize, image_mean,
                            image_std, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)
         if use_square_size:  # Kosmos-2's old configs: a square of the shortest edge
+            require(self.size, ("shortest_edge",), self.name)
             edge = self.size["shortest_edge"]
             self.size = {"height": edge, "width": edge}
         self.read_crop(do_center_crop, crop_size if crop_size is not None
@@ -201,14 +204,13 @@ class ConvNextImageProcessor(_Resized):
     def setup(self, *, do_resize=True, size=None, crop_pct=None, resample=BILINEAR,
               do_rescale=True, rescale_factor=RESCALE, do_normalize=True, image_mean=None,
               image_std=None):
-        self.read(False, size if size is not None else {"shortest_edge": 384}, resample,
+        self.read(do_resize, size if size is not None else {"shortest_edge": 384}, resample,
                   do_rescale, rescale_factor, do_normalize, image_mean, image_std,
                   IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, default_to_square=False)
-        self.do_resize = do_resize
-        if do_resize:
-            require(self.size, ("shortest_edge",), self.name)
-        self.resample = self.read_resample(do_resize, resample)
         self.crop_pct = crop_pct if crop_pct is not None else 224 / 256
+
+    def check_size(self):
+        require(self.size, ("shortest_edge",), self.name)
 
     def transform(self, pixels):
         if self.do_resize:

@@ -40,7 +40,8 @@ def register(*names):
 
 def processor_type(config):
     """The class name transformers' AutoImageProcessor would pick: `image_processor_type`, else
-    `feature_extractor_type` with FeatureExtractor -> ImageProcessor (the old classes are aliases)."""
+    `feature_extractor_type` with FeatureExtractor -> ImageProcessor (the old classes are
+    aliases)."""
     name = config.get("image_processor_type")
     if name is None and config.get("feature_extractor_type"):
         name = config["feature_extractor_type"].replace("FeatureExtractor", "ImageProcessor")
@@ -176,8 +177,9 @@ class ImageProcessor:
         height, width = max_h if height is None else height, max_w if width is None else width
         if height < max_h or width < max_w:
             raise InputError(f"Cannot pad images of up to {max_h}x{max_w} to {height}x{width}")
-        pixels = np.stack([np.pad(f["pixel_values"], ((0, 0), (0, height - s[1]), (0, width - s[2])))
-                           for f, s in zip(features, shapes)])
+        pixels = np.stack([
+            np.pad(f["pixel_values"], ((0, 0), (0, height - s[1]), (0, width - s[2])))
+            for f, s in zip(features, shapes)])
         batch = self._batch(features, pixels)
         if "pixel_mask" in features[0]:
             batch["pixel_mask"] = np.stack([

@@ -14,7 +14,7 @@ VALID_SIZE_KEYS = ({"height", "width"}, {"shortest_edge"}, {"shortest_edge", "lo
 
 def size_dict(size, max_size=None, default_to_square=True, height_width_order=True,
               param_name="size"):
-    """transformers.image_processing_utils.get_size_dict: an int, a list or a dict to a valid dict."""
+    """transformers.image_processing_utils.get_size_dict: an int, a pair or a dict, as a dict."""
     if not isinstance(size, dict):
         size = _to_size_dict(size, max_size, default_to_square, height_width_order, param_name)
     if set(size) not in VALID_SIZE_KEYS:
@@ -30,7 +30,8 @@ def _to_size_dict(size, max_size, default_to_square, height_width_order, param_n
             raise InputError(f"{param_name}: an int size with default_to_square and max_size")
         return {"height": size, "width": size}
     if isinstance(size, int):
-        return {"shortest_edge": size, **({"longest_edge": max_size} if max_size is not None else {})}
+        longest = {} if max_size is None else {"longest_edge": max_size}
+        return {"shortest_edge": size, **longest}
     if isinstance(size, (tuple, list)) and len(size) == 2:
         h, w = size if height_width_order else size[::-1]
         return {"height": h, "width": w}

@@ -45,7 +45,8 @@ def _la():
 def _palette():
     """chelsea in 64 colours: 2 bits per channel, the palette spelled out (no Pillow quantizer)."""
     rgb = _data("chelsea")
-    index = ((rgb[..., 0] >> 6) << 4 | (rgb[..., 1] >> 6) << 2 | (rgb[..., 2] >> 6)).astype(np.uint8)
+    r, g, b = (rgb[..., c] >> 6 for c in range(3))
+    index = (r << 4 | g << 2 | b).astype(np.uint8)
     levels = np.array([32, 96, 160, 224], np.uint8)
     palette = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), -1).reshape(-1)
     image = _pil(index, "P")
@@ -112,7 +113,8 @@ CASES = [
      lambda: _encoded(_pil(_data("chelsea")[:, :300]), "JPEG", orientation=8)),
     # arrays, as transformers' to_pil_image reads them
     ("ihc_hwc_uint8", "array", lambda: _data("immunohistochemistry")[:200, :300].copy()),
-    ("astronaut_chw_uint8", "array", lambda: _data("astronaut")[::4, ::4].transpose(2, 0, 1).copy()),
+    ("astronaut_chw_uint8", "array",
+     lambda: _data("astronaut")[::4, ::4].transpose(2, 0, 1).copy()),
     ("coins_hw_uint8", "array", lambda: _data("coins").copy()),
     ("chelsea_hwc_float01", "array", lambda: _data("chelsea") / 255.0),
     ("coffee_chw_float32", "array",

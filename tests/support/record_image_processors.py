@@ -23,10 +23,11 @@ AutoImageProcessor picks it. Written to tests/fixtures/image_processors/<config>
 
 Images are passed with input_data_format="channels_last": a PIL image is (H, W, C), but for one 1 or
 3 pixels tall transformers' infer_channel_dimension_format guesses channels-first and fails (or
-transposes); with the format given, every other image gives the same values as without. DPT's pad and Owlv2's
-pad and resize still guess again on their intermediate image; such cases are marked `ambiguous`.
+transposes); with the format given, every other image gives the same values as without. DPT's
+pad and Owlv2's pad and resize still guess again on their intermediate image; such cases are
+marked `ambiguous`.
 
-What and why, to stay near 3 MB: the many photos x modes (36 cases) run through small variants of
+What and why, to stay under 4 MB: the many photos x modes (38 cases) run through small variants of
 ViT, CLIP and DETR (the loading path is shared by all families); each other processor type and
 option (every resample filter, crops larger than the image, keep_aspect_ratio, pad_size, legacy
 keys, ...) runs on a dozen varied shapes at 24-64 px, recorded in full. The full-size real Hub
