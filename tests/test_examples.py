@@ -92,3 +92,27 @@ def test_semantic_search_scores_are_sentence_transformers_cosines(source, docs, 
     assert np.diff(scores[order]).max() < -10 * TOL  # distinct enough for the order to be fixed
     assert [h["text"] for h in result["hits"]] == [texts[i] for i in order]
     np.testing.assert_allclose([h["score"] for h in result["hits"]], scores[order], atol=TOL)
+
+
+def test_draw_detections(tmp_path):
+    """Boxes drawn on copies of the photos; the detections are the pipeline's (themselves
+    checked against transformers in test_pipelines_vision.py)."""
+    import shutil
+
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("image_0.png", "image_1.png"):
+        shutil.copy(ROOT / "detr" / "references" / name, folder / name)
+    with pytest.MonkeyPatch.context() as patch:  # the real factory, not the text one above
+        patch.setattr(transmuter, "pipeline", transmuter.pipelines.pipeline)
+        example("draw_detections").main([str(folder), "--out", str(tmp_path / "out"),
+                                         "--model", str(ROOT / "detr"), "--threshold", "0.0"])
+    recorded = json.loads((ROOT / "detr/references/pipeline_object-detection.json").read_text())
+    lines = [json.loads(x) for x in (tmp_path / "out/detections.jsonl").read_text().splitlines()]
+    assert len(lines) == sum(len(o) for o in recorded["outputs"])
+    for name in ("image_0", "image_1"):
+        drawn = Image.open(tmp_path / "out" / f"{name}.png")
+        photo = Image.open(folder / f"{name}.png").convert("RGB")
+        assert drawn.size == photo.size and drawn.tobytes() != photo.tobytes()

@@ -30,8 +30,8 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
         self.siglip = "siglip" in str((config or {}).get("model_type", ""))
         super().__init__(model, config, **kwargs)
 
-    def _sanitize_parameters(self, candidate_labels=None, hypothesis_template="This is a photo of {}.",
-                             **unknown):
+    def _sanitize_parameters(self, candidate_labels=None,
+                             hypothesis_template="This is a photo of {}.", **unknown):
         super()._sanitize_parameters(**unknown)
         if candidate_labels is None:
             return {}, {"labels": None}, {}
