@@ -7,6 +7,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from . import dtypes
+from .errors import ModelLoadError
 
 
 @dataclasses.dataclass
@@ -86,16 +87,24 @@ def value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
                      None)
 
 
-def tensor_to_numpy(tensor: onnx.TensorProto, base_dir=None) -> np.ndarray:
+def tensor_to_numpy(tensor: onnx.TensorProto) -> np.ndarray:
+    """The tensor's own data. External data was read in by onnx_file.read_onnx, which checks
+    where it lives; here it would be read against the working directory, so it is refused."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        location = {e.key: e.value for e in tensor.external_data}.get("location", "")
+        raise ModelLoadError(
+            f"Tensor {tensor.name!r} still stores its data in an external file ({location!r}). "
+            "Load the model from its .onnx path, or call "
+            "onnx.load_external_data_for_model(proto, folder) first.")
     if tensor.data_type == onnx.TensorProto.STRING:
         return np.array([s.decode("utf-8") for s in tensor.string_data],
                         dtype=object).reshape(tuple(tensor.dims))
-    return numpy_helper.to_array(tensor, base_dir or "")
+    return numpy_helper.to_array(tensor)  # no base_dir: never a file
 
 
 def sparse_to_numpy(sparse: onnx.SparseTensorProto) -> np.ndarray:
     values = tensor_to_numpy(sparse.values)
-    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    indices = tensor_to_numpy(sparse.indices).astype(np.int64)
     dense = np.zeros(tuple(sparse.dims), dtype=values.dtype)
     if indices.ndim == 1:  # linear indices
         dense.reshape(-1)[indices] = values

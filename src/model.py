@@ -8,7 +8,7 @@ import onnx
 from . import backends, dtypes, ops
 from .errors import InputError, ModelLoadError, UnsupportedOperatorError
 from .graph import parse_graph, walk
-from .onnx_file import read_onnx
+from .onnx_file import read_onnx, refuse_external_data
 
 # Initializers above these sizes become params: device arrays passed to compiled functions as
 # arguments, never baked in as constants. Smaller ones stay static, on the host, where they fold
@@ -20,11 +20,16 @@ INT_PARAM_MIN_SIZE = 1024
 
 
 def read_proto(source) -> onnx.ModelProto:
+    """The ModelProto of a path, bytes or ModelProto, its external data read in. Bytes and a
+    ModelProto have no folder: their tensors must hold their data already."""
     if isinstance(source, onnx.ModelProto):
+        refuse_external_data(source, "an onnx.ModelProto")
         return source
     try:
         if isinstance(source, (bytes, bytearray)):
-            return onnx.load_from_string(bytes(source))
+            proto = onnx.load_from_string(bytes(source))
+            refuse_external_data(proto, _describe(source))
+            return proto
         path = os.fspath(source)
         if not os.path.isfile(path):
             raise ModelLoadError(f"No ONNX file at {path!r}")
