@@ -150,7 +150,7 @@ class HubRepo(Repo):
     def __init__(self, repo_id, *, revision=None, cache_dir=None, local_files_only=False,
                  token=None):
         from huggingface_hub import constants
-        self.name, self.revision, self.token = repo_id, revision or "main", token
+        self.name, self.revision, self.token = repo_id, _check_revision(revision or "main"), token
         env = os.environ  # read now, not when huggingface_hub was imported
         self.endpoint = (env.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
         self.cache_dir = os.fspath(cache_dir or env.get("HF_HUB_CACHE") or (
@@ -191,14 +191,23 @@ class HubRepo(Repo):
             raise
         except Exception as e:
             raise self._error(e) from e
+        if info.sha and not _COMMIT.fullmatch(info.sha):
+            # The sha names the snapshot folder and goes into the ref file: a hostile server's
+            # "../x" would lead both out of the cache.
+            raise HubError(f"{self.endpoint} answered {info.sha!r} as the commit of {self.name!r} "
+                           f"at {self.revision!r}, which is no 40-hex-digit commit id. Check "
+                           "HF_ENDPOINT points at a Hugging Face Hub.")
         if info.sha and info.sha != self.revision:
-            # Remember revision -> commit in refs/<revision>, as huggingface_hub does, so that
-            # an offline run finds this snapshot.
-            ref = os.path.join(self._storage(), "refs", *self.revision.split("/"))
-            os.makedirs(os.path.dirname(ref), exist_ok=True)
-            with open(ref, "w") as f:
-                f.write(info.sha)
-        return info.sha or self.revision, sorted(s.rfilename for s in info.siblings or [])
+            self._write_ref(info.sha)
+        return info.sha or self.revision, _listing(info.siblings or [], self.name)
+
+    def _write_ref(self, commit):
+        """Remember revision -> commit in refs/<revision>, as huggingface_hub does, so that an
+        offline run finds this snapshot (_check_revision keeps the path inside refs/)."""
+        ref = os.path.join(self._storage(), "refs", *self.revision.split("/"))
+        os.makedirs(os.path.dirname(ref), exist_ok=True)
+        with open(ref, "w") as f:
+            f.write(commit)
 
     def _resolve_cached(self):
         storage, commit = self._storage(), self.revision
@@ -247,6 +256,39 @@ class HubRepo(Repo):
                             "offline mode forbids downloading it. Run once online.")
         return HubError(f"Downloading {path!r} of {what} from {self.endpoint} failed: {e}. "
                         "Nothing partial was kept in the cache; run again to retry.")
+
+
+def _check_revision(revision):
+    """``revision`` if it is a safe ref name (``main``, ``v1.0``, ``refs/pr/1``, a commit id):
+    it becomes the path refs/<revision> in the cache, so "../../x" or "/etc/x" would write a
+    file outside it."""
+    if (not isinstance(revision, str) or "\0" in revision or "\\" in revision
+            or _is_absolute(revision)
+            or any(part in ("", ".", "..") for part in revision.split("/"))):
+        raise HubError(f"Revision {revision!r} is not a valid branch, tag or commit: use a name "
+                       "like 'main', 'v1.0' or 'refs/pr/1', or a 40-hex-digit commit id (no "
+                       "leading '/', no backslashes, no empty, '.' or '..' parts).")
+    return revision
+
+
+def _listing(siblings, name) -> list[str]:
+    """The repo's file names, without those a hostile server could use to escape the snapshot
+    folder (absolute, or with '..' parts): they are never asked of hf_hub_download."""
+    files, dropped = [], []
+    for path in (s.rfilename or "" for s in siblings):
+        bad = (not path or "\0" in path or _is_absolute(path)
+               or ".." in path.replace("\\", "/").split("/"))
+        (dropped if bad else files).append(path)
+    if dropped:
+        log.warning("%s: ignoring file names that leave the repo: %s", name, dropped)
+    return sorted(files)
+
+
+def _is_absolute(path) -> bool:
+    # Windows too: a leading backslash or a drive ("C:x") leaves a folder there, and since
+    # Python 3.13 os.path.isabs no longer calls "/x" absolute there.
+    return (path.startswith(("/", "\\")) or os.path.isabs(path)
+            or bool(os.path.splitdrive(path)[0]))
 
 
 def _unreachable_errors():

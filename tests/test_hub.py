@@ -419,3 +419,78 @@ def test_real_config_dtype_beats_task_default():
     files = ["onnx/decoder_model_merged.onnx", "onnx/decoder_model_merged_q4.onnx"]
     chosen = hub.choose_variant(files, "decoder_model_merged", config=cfg, task_default="q4")
     assert chosen.dtype == "fp32"
+
+
+# --- nothing read or written outside the cache and the repo --------------------------------------
+
+def files_under(folder):
+    return sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("revision", ["../../../escaped", "/tmp/escaped", "a\\b", "a//b", "./x",
+                                      "v1/./x", "v1/..", "v1/", "x\0y"])
+def test_revision_leaving_the_cache_is_refused(fake_hub, tmp_path, revision):
+    # Served by the fake Hub, so that nothing but the check stands in the way of refs/<revision>.
+    fake_hub.add("org/rev", {"onnx/model.onnx": tiny_model(1.0).SerializeToString()},
+                 revision=revision)
+    with pytest.raises(HubError, match=r"Revision .* is not a valid branch, tag or commit"):
+        hub.resolve("org/rev", revision=revision)
+    assert fake_hub.log == []  # refused before asking the server
+    assert files_under(tmp_path) == []
+    assert not Path("/tmp/escaped").exists()
+
+
+def test_ref_files_stay_in_refs(fake_hub, tmp_path):
+    files = {"onnx/model.onnx": tiny_model(1.0).SerializeToString()}
+    commit = fake_hub.add("org/rev", files)
+    for revision in ("v1.0", "refs/pr/1"):
+        fake_hub.add("org/rev", files, revision=revision)
+    for revision in ("main", "v1.0", "refs/pr/1", commit):
+        assert hub.resolve("org/rev", revision=revision).commit == commit
+    cache = Path(os.environ["HF_HUB_CACHE"])
+    assert files_under(tmp_path) == [
+        str((cache / "models--org--rev" / "refs" / ref).relative_to(tmp_path))
+        for ref in ("main", "refs/pr/1", "v1.0")]
+    assert (cache / "models--org--rev" / "refs" / "refs" / "pr" / "1").read_text() == commit
+    hub.resolve("org/rev", revision="refs/pr/1").onnx_file()
+    fake_hub.stop()  # offline, the ref leads to the snapshot
+    assert weight(hub.resolve("org/rev", revision="refs/pr/1").onnx_file()) == 1.0
+
+
+@pytest.mark.parametrize("sha", ["../../../evil", "main", "A" * 40, "a" * 39])
+def test_hostile_server_commit_is_refused(fake_hub, tmp_path, sha):
+    files = {"onnx/model.onnx": tiny_model(1.0).SerializeToString()}
+    fake_hub.add("org/evil", files)
+    repo = fake_hub.repos["org/evil"]
+    repo["refs"]["main"], repo["commits"][sha] = sha, files
+    with pytest.raises(HubError, match=r"answered .* as the commit of 'org/evil'.*40-hex"):
+        hub.resolve("org/evil")
+    assert files_under(tmp_path) == []
+
+
+def test_hostile_file_names_are_dropped(fake_hub):
+    bad = ["../../evil.onnx", "/etc/evil.onnx", "onnx/../../evil.onnx", "onnx/../model.onnx",
+           "..\\evil.onnx"]
+    fake_hub.add("org/evil", {"onnx/model.onnx": tiny_model(1.0).SerializeToString(),
+                              **{name: b"evil" for name in bad}})
+    repo = hub.resolve("org/evil")
+    assert repo.files() == ["onnx/model.onnx"]
+    with pytest.raises(HubError, match=r"no file '\.\./\.\./evil.onnx'"):
+        repo.file("../../evil.onnx")
+    assert weight(repo.onnx_file()) == 1.0
+    assert fake_hub.downloads() == ["onnx/model.onnx"]
+
+
+@pytest.mark.parametrize("location", ["../../../etc/passwd", "/etc/passwd", "../model.onnx_data"])
+def test_external_data_leaving_the_folder_is_reported_by_the_loader(fake_hub, location):
+    w = numpy_helper.from_array(np.zeros(64, np.float32), "W")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value=location)
+    model = tiny_model(0.0, size=64)
+    model.graph.initializer[0].CopyFrom(w)
+    fake_hub.add("org/escape", {"onnx/model.onnx": model.SerializeToString(),
+                                "model.onnx_data": np.zeros(64, np.float32).tobytes()})
+    with pytest.raises(HubError, match=r"tensor 'W' at .*points outside the model's folder"):
+        transmuter.load("org/escape")
+    assert fake_hub.downloads() == ["onnx/model.onnx"]
