@@ -67,6 +67,10 @@ class Tokenizer:
         repo = hub.resolve(repo) if not isinstance(repo, hub.Repo) else repo
         if not repo.has("tokenizer.json") and repo.has("source.spm") and repo.has("vocab.json"):
             return MarianTokenizer.from_repo(repo)
+        if not repo.has("tokenizer.json") and repo.has("spiece.model") and repo.json(
+                "tokenizer_config.json", {}).get("tokenizer_class") == "SiglipTokenizer":
+            from .siglip_tokenizer import SiglipTokenizer
+            return SiglipTokenizer.from_repo(repo)
         if not repo.has("tokenizer.json"):
             raise TokenizerError(f"{repo.label} has no tokenizer.json (only fast tokenizers are "
                                  "supported); pass tokenizer=... or use a repo that has one")
