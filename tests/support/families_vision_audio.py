@@ -963,6 +963,16 @@ def build_siglip():
 
 DET_LABELS = ["N/A", "person", "car", "cat"]
 
+# Perturbation scales for the image heads. With the default 0.05 their pipeline references could not
+# discriminate: DPT's depth was 0.0 everywhere (the head's last ReLU clipped it all), SegFormer gave one
+# label over the whole image, and every DETR / YOLOS query gave the same box with scores within 1e-4.
+# These larger (still seeded) scales give maps, labels, boxes and scores that vary; DPT grows fast with
+# the scale (0.15 already gives depths ~10), so it gets a smaller one.
+HEAD_PERTURB = {"detr": 0.2, "yolos": 0.2, "segformer": 0.2, "dpt": 0.12}
+# DETR's decoder queries start at zero and differ only by query_position_embeddings: redraw those with
+# std 2.0 (seeded) so each query attends differently and reports its own box.
+DETR_QUERY_STD = 2.0
+
 
 def _image_fixture(name, family, arch, task, model, proc, pipeline_fn=None, notes=(), opset=18):
     fx = fresh_fixture(name)
@@ -1026,7 +1036,10 @@ def build_detr():
                      id2label=_id2label(DET_LABELS), label2id={n: i for i, n in enumerate(DET_LABELS)},
                      architectures=["DetrForObjectDetection"])
     seed(0)
-    model = perturb(DetrForObjectDetection(cfg).eval())
+    model = perturb(DetrForObjectDetection(cfg).eval(), HEAD_PERTURB["detr"])
+    queries = model.model.query_position_embeddings.weight
+    with torch.no_grad():
+        queries.copy_(torch.randn(queries.shape, generator=torch.Generator().manual_seed(0)) * DETR_QUERY_STD)
     proc = DetrImageProcessor(format="coco_detection", do_resize=True, size={"shortest_edge": 64, "longest_edge": 96},
                               do_rescale=True, do_normalize=True, image_mean=[0.485, 0.456, 0.406],
                               image_std=[0.229, 0.224, 0.225], do_pad=True)
@@ -1035,7 +1048,9 @@ def build_detr():
                           ["backbone: transformers ResNet (use_timm_backbone=False), 4 basic stages, out stage4 "
                            "(stride 32)", "images resized to shortest_edge 64 then padded to the batch max; "
                            "the graph has no pixel_mask input (optimum's DETR export takes pixel_values only)",
-                           "pipeline threshold 0.0 so every query is reported"])
+                           "pipeline threshold 0.0 so every query is reported",
+                           "seeded weight noise std 0.2 and query_position_embeddings redrawn with std 2.0 "
+                           "(distinct boxes and scores per query)"])
 
 
 def build_yolos():
@@ -1046,14 +1061,15 @@ def build_yolos():
                       id2label=_id2label(DET_LABELS), label2id={n: i for i, n in enumerate(DET_LABELS)},
                       architectures=["YolosForObjectDetection"])
     seed(0)
-    model = perturb(YolosForObjectDetection(cfg).eval())
+    model = perturb(YolosForObjectDetection(cfg).eval(), HEAD_PERTURB["yolos"])
     proc = YolosImageProcessor(format="coco_detection", do_resize=True, size={"shortest_edge": 32, "longest_edge": 48},
                                do_rescale=True, do_normalize=True, image_mean=[0.485, 0.456, 0.406],
                                image_std=[0.229, 0.224, 0.225], do_pad=True)
     return _image_fixture("yolos", "yolos", "YolosForObjectDetection", "object-detection", model, proc,
                           pipeline_object_detection,
                           ["position embeddings are interpolated to the input size inside the graph (bicubic Resize)",
-                           "pipeline threshold 0.0 so every detection token is reported"])
+                           "pipeline threshold 0.0 so every detection token is reported",
+                           "seeded weight noise std 0.2 (distinct boxes and scores per detection token)"])
 
 
 def build_segformer():
@@ -1066,13 +1082,14 @@ def build_segformer():
                           id2label=_id2label(labels), label2id={n: i for i, n in enumerate(labels)},
                           architectures=["SegformerForSemanticSegmentation"])
     seed(0)
-    model = perturb(SegformerForSemanticSegmentation(cfg).eval())
+    model = perturb(SegformerForSemanticSegmentation(cfg).eval(), HEAD_PERTURB["segformer"])
     proc = SegformerImageProcessor(do_resize=True, size={"height": 32, "width": 32}, resample=2, do_rescale=True,
                                    do_normalize=True, image_mean=[0.485, 0.456, 0.406],
                                    image_std=[0.229, 0.224, 0.225], do_reduce_labels=True)
     return _image_fixture("segformer", "segformer", "SegformerForSemanticSegmentation", "semantic-segmentation",
                           model, proc, pipeline_image_segmentation,
-                          ["logits are at 1/4 of the input resolution (8x8 for 32x32)"])
+                          ["logits are at 1/4 of the input resolution (8x8 for 32x32)",
+                           "seeded weight noise std 0.2 (several labels per image)"])
 
 
 def build_dpt():
@@ -1083,14 +1100,23 @@ def build_dpt():
                     reassemble_factors=[4, 2, 1, 0.5], fusion_hidden_size=16, head_in_index=-1,
                     readout_type="project", is_hybrid=False, architectures=["DPTForDepthEstimation"])
     seed(0)
-    model = perturb(DPTForDepthEstimation(cfg).eval())
+    model = perturb(DPTForDepthEstimation(cfg).eval(), HEAD_PERTURB["dpt"])
+    # Scale the head's final 1x1 conv by 0.1 (exact through its ReLU and the pipeline's bicubic resize):
+    # depths ~0.05 rather than ~0.5, so float32 noise (~1e-7 a pixel) summed over the ~2000 pixels of
+    # the recorded predicted_depth `sum` stays well inside the tests' absolute 1e-4.
+    last = model.head.head[-2]
+    with torch.no_grad():
+        last.weight.mul_(0.1)
+        last.bias.mul_(0.1)
     proc = DPTImageProcessor(do_resize=True, size={"height": 32, "width": 32}, keep_aspect_ratio=False,
                              ensure_multiple_of=1, resample=3, do_rescale=True, do_normalize=True,
                              image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], do_pad=False)
     return _image_fixture("dpt", "dpt", "DPTForDepthEstimation", "depth-estimation", model, proc,
                           pipeline_depth_estimation,
                           ["4 ViT layers (one per reassemble stage, backbone_out_indices [0,1,2,3])",
-                           "pipeline record keeps predicted_depth summary stats and the depth image's md5"])
+                           "pipeline record keeps predicted_depth summary stats and the depth image's md5",
+                           "seeded weight noise std 0.12 (depth varies across pixels; at 0.05 it was all 0), "
+                           "head's last 1x1 conv then scaled by 0.1"])
 
 
 
