@@ -1,6 +1,7 @@
 """A light, parsed view of an ONNX graph: nodes with Python attributes, subgraphs recursively."""
 
 import dataclasses
+import heapq
 
 import numpy as np
 import onnx
@@ -153,7 +154,39 @@ def parse_graph(g: onnx.GraphProto) -> Graph:
         nodes.append(Node(n.name, n.op_type, n.domain, list(n.input), list(n.output), attrs))
     inputs = [value_info(v) for v in g.input if v.name not in initializers]
     outputs = [value_info(v) for v in g.output]
-    return Graph(g.name, nodes, inputs, outputs, initializers)
+    return Graph(g.name, topological(nodes, g.name), inputs, outputs, initializers)
+
+
+def topological(nodes, graph_name=""):
+    """``nodes`` in an order where each runs after the nodes whose outputs it reads, as
+    onnxruntime orders them: the float16 converters that make ``*_fp16.onnx`` with float32 inputs
+    append their input Casts last. Already sorted graphs (nearly all) come back as they are; among
+    ready nodes the file's order is kept; a cycle is an error that names its nodes."""
+    producer = {out: i for i, n in enumerate(nodes) for out in n.outputs if out}
+    needs = [{producer[r] for r in node_reads(n) if r in producer}
+             for i, n in enumerate(nodes)]
+    if all(all(j < i for j in deps) for i, deps in enumerate(needs)):
+        return nodes
+    waiting = [len(deps) for deps in needs]
+    readers = [[] for _ in nodes]
+    for i, deps in enumerate(needs):
+        for j in deps:
+            readers[j].append(i)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in readers[i]:
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                heapq.heappush(ready, k)
+    if len(order) < len(nodes):
+        stuck = [nodes[i].label for i, count in enumerate(waiting) if count][:5]
+        raise ModelLoadError(f"Graph {graph_name!r} has a cycle: {', '.join(stuck)} (and the nodes "
+                             "they read from) each wait on the other's outputs")
+    return [nodes[i] for i in order]
 
 
 def walk(graph: Graph):

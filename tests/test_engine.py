@@ -296,3 +296,34 @@ def test_int4_weights_stay_compiled(backend):
     # ORT sums the 16 products in another order: f32 rounding, values below ~5.
     np.testing.assert_allclose(np.asarray(out["y"]), reference(proto, {"x": x2})["y"],
                                rtol=0, atol=1e-5)
+
+
+def unsorted_model():
+    """x -> Cast(f16) -> Mul(2) -> Cast(f32) -> y, with the Casts stored last (as the float16
+    converters that keep float32 inputs append them)."""
+    nodes = [helper.make_node("Mul", ["x16", "two"], ["y16"], name="mul"),
+             helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT, name="cast_out"),
+             helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16, name="cast_in")]
+    return make_model(nodes, [info("x", TensorProto.FLOAT, [2, 3])],
+                      [info("y", TensorProto.FLOAT, [2, 3])], {"two": np.array(2, np.float16)})
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_nodes_out_of_order_run_as_onnxruntime_runs_them(backend):
+    model = unsorted_model()
+    feed = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) / 8}  # exact in float16
+    want = reference(model, feed)
+    loaded = transmuter.load(model.SerializeToString(), backend=backend)
+    assert [n.name for n in loaded.graph.nodes] == ["cast_in", "mul", "cast_out"]
+    for got in (transmuter.run(loaded, feed), transmuter.compile(loaded, feed)(feed)):
+        np.testing.assert_array_equal(np.asarray(got["y"]), want["y"])
+
+
+def test_a_cycle_is_a_load_error():
+    nodes = [helper.make_node("Relu", ["b"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"], name="second"),
+             helper.make_node("Identity", ["x"], ["y"], name="out")]
+    model = make_model(nodes, [info("x", TensorProto.FLOAT, [1])],
+                       [info("y", TensorProto.FLOAT, [1])])
+    with pytest.raises(transmuter.errors.ModelLoadError, match="cycle.*first.*second"):
+        transmuter.load(model.SerializeToString())
