@@ -42,28 +42,21 @@ class ImageFeaturizer:
 
     key = "image"
 
-    def __init__(self, processor, input_name="pixel_values"):
-        self.processor, self.input_name = processor, input_name
+    def __init__(self, processor):
+        self.processor = processor
 
     def size(self, features):
         return tuple(features["pixel_values"].shape[-2:])
 
     def batch(self, items, rows, inputs, task):
-        if self.input_name not in inputs:
-            raise PipelineError(f"The model takes no {self.input_name!r} input (it takes "
-                                f"{', '.join(inputs)}); a {task} pipeline needs an image model")
-        batch = self.processor.pad(items)
-        batch = {"pixel_values": batch["pixel_values"], **(
-            {"pixel_mask": batch["pixel_mask"]} if "pixel_mask" in inputs and "pixel_mask" in batch
-            else {})}
+        padded = self.processor.pad(items)
+        batch = {k: padded[k] for k in ("pixel_values", "pixel_mask") if k in inputs and k in padded}
+        missing = [n for n in inputs if n not in batch]
+        if missing:
+            raise PipelineError(f"The model takes input(s) {missing} that a {task} pipeline does "
+                                "not make; it needs an image model taking pixel_values")
         spare = rows - len(items)
         if spare:
             batch = {k: np.concatenate([v, np.repeat(v[:1], spare, axis=0)])
                      for k, v in batch.items()}
-        if self.input_name != "pixel_values":
-            batch[self.input_name] = batch.pop("pixel_values")
-        missing = [n for n in inputs if n not in batch]
-        if missing:
-            raise PipelineError(f"The model takes input(s) {missing} that a {task} pipeline does "
-                                f"not make; it takes {', '.join(batch)}")
         return batch
