@@ -16,7 +16,7 @@ from .fixtures import ROOT, pipeline_reference, pipeline_references
 from .test_pipelines_text import assert_close
 
 VISION_TASKS = {"image-classification", "zero-shot-image-classification", "object-detection",
-                "image-segmentation", "depth-estimation"}
+                "image-segmentation", "depth-estimation", "image-feature-extraction"}
 # Tiny random models: XLA's float32 sums in another order than PyTorch's move scores by ~1e-6;
 # the design's bound of 1e-4 leaves headroom.
 TOL = 1e-4
@@ -33,15 +33,35 @@ CASES = [(f, t) for f, t in pipeline_references(VISION_TASKS)]
 _PIPES = {}
 
 
+def clip_logit_scale():
+    """exp(logit_scale) of the joint CLIP the split files were cut from (the clip fixture's
+    model.onnx, same weights): split files hold no scale, so a caller gives it."""
+    import onnx
+
+    graph = onnx.load(ROOT / "clip" / "onnx" / "model.onnx").graph
+    stored = next(t for t in graph.initializer if t.name == "logit_scale")
+    return float(np.exp(onnx.numpy_helper.to_array(stored)))
+
+
+def options(fixture):
+    return {"logit_scale": clip_logit_scale()} if fixture == "clip-split" else {}
+
+
 def pipe(fixture, task, backend="jax"):
     key = (fixture, task, backend)
     if key not in _PIPES:
-        _PIPES[key] = transmuter.pipeline(task, ROOT / fixture, backend=backend, variant="fp32")
+        _PIPES[key] = transmuter.pipeline(task, ROOT / fixture, backend=backend, variant="fp32",
+                                          **options(fixture))
     return _PIPES[key]
 
 
 def images(fixture, ref):
     return [str(ROOT / fixture / p) for p in ref["inputs"]["images"]]
+
+
+def calls(ref):
+    """(call_kwargs, outputs per image) of a reference: one call, or several under "calls"."""
+    return [(c["call_kwargs"], c["outputs"]) for c in ref.get("calls", [ref])]
 
 
 def summary(value):
@@ -73,9 +93,10 @@ def test_matches_recorded_pipeline(fixture, task, backend):
         pytest.xfail(PENDING[fixture, task])
     ref = pipeline_reference(fixture, task)
     p = pipe(fixture, task, backend)
-    for i, (image, want) in enumerate(zip(images(fixture, ref), ref["outputs"])):
-        got = summarised(p(image, **ref["call_kwargs"]))
-        assert_close(got, want, TOL, where=f"image {i}")
+    for kwargs, outputs in calls(ref):
+        for i, (image, want) in enumerate(zip(images(fixture, ref), outputs)):
+            got = summarised(p(image, **kwargs))
+            assert_close(got, want, TOL, where=f"{kwargs} image {i}")
 
 
 @pytest.mark.parametrize("fixture,task", [c for c in CASES if c not in PENDING],
@@ -84,9 +105,10 @@ def test_batch_equals_one_by_one(fixture, task):
     ref = pipeline_reference(fixture, task)
     p = pipe(fixture, task)
     inputs = images(fixture, ref) * 2
-    one = [summarised(p(x, **ref["call_kwargs"])) for x in inputs]
-    assert_close(summarised(p(inputs, batch_size=4, **ref["call_kwargs"])), one, 1e-5)
-    assert_close(summarised(list(p(iter(inputs), batch_size=3, **ref["call_kwargs"]))), one, 1e-5)
+    kwargs = calls(ref)[0][0]
+    one = [summarised(p(x, **kwargs)) for x in inputs]
+    assert_close(summarised(p(inputs, batch_size=4, **kwargs)), one, 1e-5)
+    assert_close(summarised(list(p(iter(inputs), batch_size=3, **kwargs))), one, 1e-5)
 
 
 def test_image_kinds_give_the_same_result():
@@ -160,3 +182,32 @@ def test_siglip_equals_onnxruntime_on_the_same_inputs():
         want = [{"score": float(s), "label": t} for s, t in sorted(zip(scores, texts),
                                                                      key=lambda x: -x[0])]
         assert_close(got, want, TOL, where=f"image {i}")
+
+
+def test_split_clip_needs_its_logit_scale():
+    with pytest.raises(transmuter.pipelines.PipelineError, match="logit_scale="):
+        transmuter.pipeline("zero-shot-image-classification", ROOT / "clip-split")
+
+
+def test_split_clip_embeds_each_label_set_once():
+    p = pipe("clip-split", "zero-shot-image-classification")
+    image = str(ROOT / "clip-split/references/image_0.png")
+    first = p(image, candidate_labels=["cat", "dog"])
+    kept = dict(p._label_sets)
+    assert p([image, image], candidate_labels=["cat", "dog"]) == [first, first]
+    assert p._label_sets.keys() == kept.keys()  # the second call embedded no text
+    assert ("This is a photo of cat.", "This is a photo of dog.") in kept
+
+
+@pytest.mark.parametrize("fixture", ["vit-features", "dinov2"])
+def test_image_embedding_is_the_pooled_feature(fixture):
+    """image-embedding gives transformers' image-feature-extraction pool=True vector."""
+    ref = pipeline_reference(fixture, "image-feature-extraction")
+    pooled = next(out for kwargs, out in calls(ref) if kwargs.get("pool"))
+    embed = transmuter.pipeline("image-embedding", ROOT / fixture, variant="fp32")
+    unit = transmuter.pipeline("image-embedding", embed.model, config=ROOT / fixture,
+                               image_processor=ROOT / fixture, normalize=True)
+    for image, want in zip(images(fixture, ref), pooled):
+        want = np.asarray(want[0], np.float32)
+        np.testing.assert_allclose(embed(image), want, atol=TOL)
+        np.testing.assert_allclose(unit(image), want / np.linalg.norm(want), atol=TOL)

@@ -28,6 +28,8 @@ TASKS = {
     "object-detection": ("vision.detection", "ObjectDetectionPipeline"),
     "image-segmentation": ("vision.segmentation", "ImageSegmentationPipeline"),
     "depth-estimation": ("vision.depth", "DepthEstimationPipeline"),
+    "image-feature-extraction": ("vision.embedding", "ImageFeatureExtractionPipeline"),
+    "image-embedding": ("vision.embedding", "ImageEmbeddingPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -40,7 +42,7 @@ ALIASES = {
 # Tasks transformers (or the design) names that no pipeline here implements yet.
 PLANNED = {"automatic-speech-recognition", "audio-classification",
            "zero-shot-audio-classification", "image-to-text", "text-to-audio", "text-to-speech",
-           "background-removal", "image-feature-extraction", "zero-shot-object-detection",
+           "background-removal", "zero-shot-object-detection",
            "mask-generation", "image-to-image"}
 
 

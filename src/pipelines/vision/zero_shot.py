@@ -1,12 +1,17 @@
-"""zero-shot-image-classification: transformers' ZeroShotImageClassificationPipeline over a
-joint CLIP / SigLIP ``model.onnx`` (text and image in, ``logits_per_image`` out).
+"""zero-shot-image-classification: transformers' ZeroShotImageClassificationPipeline over CLIP /
+SigLIP exports: a joint ``model.onnx`` (text and image in, ``logits_per_image`` out), or the split
+``vision_model.onnx`` + ``text_model.onnx`` of transformers.js' repos (the label texts embedded
+once per label set and reused for every image).
 
     pipe("cat.jpg", candidate_labels=["cat", "dog"])
         -> [{"score": 0.93, "label": "cat"}, {"score": 0.07, "label": "dog"}]
 
 CLIP's scores are a softmax over the labels; SigLIP's a sigmoid per label, its texts padded to
-64 tokens as transformers pads them.
+64 tokens as transformers pads them. Split files hold no logit scale (nor SigLIP's bias): a repo
+with only those needs ``logit_scale=`` (and ``logit_bias=``), the trained values of the model.
 """
+
+import numpy as np
 
 from ..base import PipelineError
 from ..featurizers import TEXT_INPUTS
@@ -14,21 +19,46 @@ from ..heads import sigmoid, softmax
 from .base import VisionPipeline
 
 SIGLIP_LENGTH = 64  # ZeroShotImageClassificationPipeline.preprocess: max_length=64 for SigLIP
+LABEL_SETS_KEPT = 8  # label-set embeddings a split pipeline keeps (one call's set is reused)
 
 
 class ZeroShotImageClassificationPipeline(VisionPipeline):
     task = "zero-shot-image-classification"
     featurizers = ("image_processor", "tokenizer")
+    encoder_component = "text_model"  # the split layout's second graph; it takes variant= too
 
-    def __init__(self, model, config=None, *, tokenizer, **kwargs):
+    def __init__(self, model, config=None, *, tokenizer, repo=None, text_model=None,
+                 encoder_variant=None, logit_scale=None, logit_bias=None, **kwargs):
         self.tokenizer = tokenizer
-        names = {v.name for v in model.outputs}
-        if "logits_per_image" not in names:
-            raise PipelineError(f"{self.task} runs a joint image-text model (a logits_per_image "
-                                f"output, as CLIP's and SigLIP's model.onnx); this graph gives "
-                                f"{sorted(names)}")
         self.siglip = "siglip" in str((config or {}).get("model_type", ""))
-        super().__init__(model, config, **kwargs)
+        names = {v.name for v in model.outputs}
+        self.joint = "logits_per_image" in names
+        if not self.joint:
+            if "image_embeds" not in names:
+                raise PipelineError(f"{self.task} runs CLIP / SigLIP exports (a joint model.onnx "
+                                    "with logits_per_image, or a vision_model.onnx with "
+                                    f"image_embeds); this graph gives {sorted(names)}")
+            self.text_model = text_model or _load_text_model(repo, model, encoder_variant)
+            self.scale, self.bias = self._split_head(logit_scale, logit_bias)
+            self._label_sets = {}
+        super().__init__(model, config, repo=repo, **kwargs)
+
+    @staticmethod
+    def onnx_component(repo):
+        """The joint model.onnx when the repo has one, else the split vision_model.onnx."""
+        names = [f.rsplit("/", 1)[-1] for f in repo.onnx_files()]
+        joint = any(n.startswith("model") for n in names)
+        return "model" if joint or not any(n.startswith("vision_model") for n in names) \
+            else "vision_model"
+
+    def _split_head(self, logit_scale, logit_bias):
+        if logit_scale is None or (self.siglip and logit_bias is None):
+            need = "logit_scale= and logit_bias=" if self.siglip else "logit_scale="
+            raise PipelineError(f"Split text_model / vision_model files hold no logit scale"
+                                f"{' or bias' if self.siglip else ''}: give {need} (the trained "
+                                "model's values; logit_scale is the multiplier, exp of the stored "
+                                "log scale), or use a repo with the joint model.onnx")
+        return float(logit_scale), float(logit_bias or 0.0)
 
     def _sanitize_parameters(self, candidate_labels=None,
                              hypothesis_template="This is a photo of {}.", **unknown):
@@ -48,8 +78,13 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
     def _forward_group(self, chunks, labels=None, template=None):
         if labels is None:
             raise PipelineError(f"{self.task} needs candidate_labels=[...]")
-        feed = {**self._feed(chunks), **self._text_feed([template.format(x) for x in labels])}
-        logits = self.output(self._run_model(feed), "logits_per_image")
+        texts = [template.format(x) for x in labels]
+        if self.joint:
+            feed = {**self._feed(chunks), **self._text_feed(texts, self._inputs)}
+            logits = self.output(self._run_model(feed), "logits_per_image")
+        else:
+            images = _unit(self.output(self._run_model(self._feed(chunks)), "image_embeds"))
+            logits = self.scale * images @ self._label_embeddings(texts).T + self.bias
         return [dict(c, labels=labels, logits=logits[i]) for i, c in enumerate(chunks)]
 
     def _feed(self, chunks):
@@ -59,18 +94,47 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
         feed = self.featurizer.batch(items, self._rows(len(items)), image_inputs, self.task)
         return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
 
-    def _text_feed(self, sequences):
+    def _label_embeddings(self, texts):
+        """Unit text embeddings of ``texts``, computed once per label set."""
+        key = tuple(texts)
+        if key not in self._label_sets:
+            if len(self._label_sets) >= LABEL_SETS_KEPT:
+                self._label_sets.pop(next(iter(self._label_sets)))
+            inputs = {v.name: v for v in self.text_model.inputs}
+            out = self._run_model(self._text_feed(texts, inputs), self.text_model)
+            self._label_sets[key] = _unit(out.get("text_embeds", out[
+                self.text_model.outputs[0].name]))
+        return self._label_sets[key]
+
+    def _text_feed(self, sequences, inputs):
         """The label texts as transformers tokenizes them: padded to the longest (CLIP), or to
         64 tokens and truncated there (SigLIP)."""
         limit = SIGLIP_LENGTH if self.siglip else None
         encodings = [self.tokenizer.encode(s, max_length=limit) for s in sequences]
         length = SIGLIP_LENGTH if self.siglip else max(len(e.ids) for e in encodings)
-        names = [n for n in TEXT_INPUTS if n in self._inputs]
+        names = [n for n in TEXT_INPUTS if n in inputs]
         feed = self.tokenizer.pad(encodings, length, names)
-        return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
+        return {k: v.astype(inputs[k].dtype, copy=False) for k, v in feed.items()}
 
     def postprocess(self, outputs):
         out = outputs[0]
         scores = sigmoid(out["logits"]) if self.siglip else softmax(out["logits"])
         pairs = sorted(zip(scores.tolist(), out["labels"]), key=lambda x: -x[0])
         return [{"score": score, "label": label} for score, label in pairs]
+
+
+def _unit(x):
+    """CLIPModel's ``x / x.norm(p=2, dim=-1, keepdim=True)``."""
+    x = np.asarray(x, np.float32)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _load_text_model(repo, vision_model, variant):
+    from ...model import load
+
+    if repo is None:
+        raise PipelineError("A split vision_model loaded by hand needs text_model= (the text "
+                            "half's transmuter.Model) or config= its repo folder")
+    file = repo.choose("text_model", variant).path
+    return load(repo.fetch_onnx(file), backend=vision_model.backend.name,
+                compute_type=vision_model.compute_type)
