@@ -14,6 +14,9 @@ class VisionPipeline(Pipeline):
     path, encoded bytes or a NumPy array; each becomes one chunk holding its features."""
 
     featurizers = ("image_processor",)
+    # Processed images are large (DETR at 800x1333: 12.8 MB each): read only two batches ahead,
+    # enough to group images of one size, where text reads 16-64 batches ahead.
+    lookahead_batches = list_lookahead_batches = 2
 
     def __init__(self, model, config=None, *, image_processor, **kwargs):
         self.image_processor = image_processor
