@@ -1548,17 +1548,19 @@ BUILDERS = {
 }
 
 
-def main(argv: list[str]) -> int:
-    names = argv or list(BUILDERS)
-    unknown = [n for n in names if n not in BUILDERS]
+def main(argv: list[str], builders=None) -> int:
+    """Build the fixtures named in ``argv`` (all of ``builders`` when none; default: BUILDERS)."""
+    builders = BUILDERS if builders is None else builders
+    names = argv or list(builders)
+    unknown = [n for n in names if n not in builders]
     if unknown:
-        print(f"unknown fixtures {unknown}; known: {list(BUILDERS)}")
+        print(f"unknown fixtures {unknown}; known: {list(builders)}")
         return 2
     t_all = time.time()
     for n in names:
         t0 = time.time()
         print(f"[{n}] building ...", flush=True)
-        fx = BUILDERS[n]()
+        fx = builders[n]()
         verify(fx)
         size = sum(f.stat().st_size for f in fx.rglob("*") if f.is_file())
         print(f"[{n}] done in {time.time() - t0:.1f}s, {size / 1e6:.2f} MB", flush=True)

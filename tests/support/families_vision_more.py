@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
@@ -42,7 +41,7 @@ import torch  # noqa: E402
 from families_vision_audio import (  # noqa: E402
     LABELS5, OPTIMUM_ONNX, ZS_LABELS, ZS_TEXTS, _id2label, clip_tokenizer, copy_hub_files,
     export_main, fresh_fixture, image_inputs_description, move_onnx, perturb, pipeline_image_classification,
-    pipeline_zero_shot_image, quiet, reference_single, save_json, save_model_dir, seed, tmpdir, verify,
+    pipeline_zero_shot_image, quiet, reference_single, save_json, save_model_dir, seed, tmpdir,
     write_images, write_manifest,
 )
 import families_vision_audio as fva  # noqa: E402
@@ -420,23 +419,5 @@ BUILDERS = {
 }
 
 
-def main(argv: list[str]) -> int:
-    names = argv or list(BUILDERS)
-    unknown = [n for n in names if n not in BUILDERS]
-    if unknown:
-        print(f"unknown fixtures {unknown}; known: {list(BUILDERS)}")
-        return 2
-    t_all = time.time()
-    for n in names:
-        t0 = time.time()
-        print(f"[{n}] building ...", flush=True)
-        fx = BUILDERS[n]()
-        verify(fx)
-        size = sum(f.stat().st_size for f in fx.rglob("*") if f.is_file())
-        print(f"[{n}] done in {time.time() - t0:.1f}s, {size / 1e6:.2f} MB", flush=True)
-    print(f"all done in {time.time() - t_all:.1f}s")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(fva.main(sys.argv[1:], BUILDERS))
