@@ -29,6 +29,8 @@ time "$EXPORT" tests/support/families_vision_audio.py
 time "$EXPORT" tests/support/families_vision_more.py
 time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
+time "$EXPORT" tests/support/record_image_processors.py  # pixel_values on scikit-image photos
+time "$EXPORT" tests/support/record_siglip_tokenizer.py
 time "$GENAI" tests/support/families_genai.py
 time "$GENAI" tests/support/families_genai.py --record-beam  # beam references for the GQA fixtures
 time "$GLINER" tests/support/families_gliner.py
