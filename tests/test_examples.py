@@ -116,3 +116,22 @@ def test_draw_detections(tmp_path):
         drawn = Image.open(tmp_path / "out" / f"{name}.png")
         photo = Image.open(folder / f"{name}.png").convert("RGB")
         assert drawn.size == photo.size and drawn.tobytes() != photo.tobytes()
+
+
+def test_vision_notebook_runs(tmp_path):
+    """examples/vision.ipynb, executed as a reader would (nbclient), on the tiny DETR, DPT and
+    SegFormer fixtures: every cell runs and the three pictures are shown."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(EXAMPLES / "vision.ipynb", as_version=4)
+    params = notebook.cells[1]
+    assert params.source.startswith("# Parameters")
+    params.source = (f"DETECTOR = {str(ROOT / 'detr')!r}\nDEPTH = {str(ROOT / 'dpt')!r}\n"
+                     f"SEGMENTER = {str(ROOT / 'segformer')!r}\n"
+                     f"PHOTO = {str(ROOT / 'detr' / 'references' / 'image_0.png')!r}\n"
+                     "THRESHOLD = 0.0")
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(EXAMPLES)}}).execute()
+    shown = [c for c in notebook.cells if c.cell_type == "code"
+             and any("image/png" in o.get("data", {}) for o in c.outputs)]
+    assert len(shown) == 4  # the photo, the boxes, the depth map, the overlay
