@@ -135,3 +135,30 @@ def test_vision_notebook_runs(tmp_path):
     shown = [c for c in notebook.cells if c.cell_type == "code"
              and any("image/png" in o.get("data", {}) for o in c.outputs)]
     assert len(shown) == 4  # the photo, the boxes, the depth map, the overlay
+
+
+def test_tag_photos(tmp_path):
+    """Tags and object counts per photo; the tags are the CLIP fixture's recorded transformers
+    zero-shot scores, the counts its DETR fixture's recorded detections."""
+    import shutil
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("image_0.png", "image_1.png"):
+        shutil.copy(ROOT / "clip" / "references" / name, folder / name)
+    zero_shot = json.loads((ROOT / "clip/references/pipeline_zero-shot-image-classification.json")
+                           .read_text())
+    detections = json.loads((ROOT / "detr/references/pipeline_object-detection.json").read_text())
+    assert detections["inputs"]["specs"] == zero_shot["inputs"]["specs"]  # the same two images
+    out = tmp_path / "tags.jsonl"
+    with pytest.MonkeyPatch.context() as patch:  # the real factory, not the text one above
+        patch.setattr(transmuter, "pipeline", transmuter.pipelines.pipeline)
+        labels = zero_shot["call_kwargs"]["candidate_labels"]
+        example("tag_photos").main([str(folder), "--tags", *labels, "--classifier",
+                                    str(ROOT / "clip"), "--detector", str(ROOT / "detr"),
+                                    "--threshold", "0.0", "--top", "2", "--out", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    for row, tags, found in zip(rows, zero_shot["outputs"], detections["outputs"]):
+        assert [t["label"] for t in row["tags"]] == [t["label"] for t in tags[:2]]
+        assert all(abs(a["score"] - b["score"]) < TOL for a, b in zip(row["tags"], tags))
+        assert sum(row["objects"].values()) == len(found)
