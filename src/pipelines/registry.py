@@ -28,6 +28,7 @@ TASKS = {
     "object-detection": ("vision.detection", "ObjectDetectionPipeline"),
     "image-segmentation": ("vision.segmentation", "ImageSegmentationPipeline"),
     "depth-estimation": ("vision.depth", "DepthEstimationPipeline"),
+    "image-to-image": ("vision.image_to_image", "ImageToImagePipeline"),
     "image-feature-extraction": ("vision.embedding", "ImageFeatureExtractionPipeline"),
     "image-embedding": ("vision.embedding", "ImageEmbeddingPipeline"),
 }
@@ -43,7 +44,7 @@ ALIASES = {
 PLANNED = {"automatic-speech-recognition", "audio-classification",
            "zero-shot-audio-classification", "image-to-text", "text-to-audio", "text-to-speech",
            "background-removal", "zero-shot-object-detection",
-           "mask-generation", "image-to-image"}
+           "mask-generation"}
 
 
 def normalize(task):
