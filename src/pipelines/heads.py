@@ -38,9 +38,9 @@ def check_function(function_to_apply):
     return function
 
 
-def default_function(config):
-    """transformers' choice: regression -> none; multi-label or one label -> sigmoid; else
-    softmax."""
+def text_function(config):
+    """TextClassificationPipeline's default: regression -> none; multi-label or one label ->
+    sigmoid; else softmax."""
     problem = config.get("problem_type")
     num_labels = len(config.get("id2label") or {})
     if problem == "regression":
@@ -48,6 +48,18 @@ def default_function(config):
     if problem == "multi_label_classification" or num_labels == 1:
         return "sigmoid"
     return "softmax"
+
+
+def image_function(config):
+    """ImageClassificationPipeline.postprocess's default (not the text one: a regression model
+    with several labels gets softmax here)."""
+    problem = config.get("problem_type")
+    labels = len(config.get("id2label") or {})
+    if problem == "multi_label_classification" or labels == 1:
+        return "sigmoid"
+    if problem == "single_label_classification" or labels > 1:
+        return "softmax"
+    return config.get("function_to_apply") or "none"
 
 
 def ranked(scores, label, top_k=None):

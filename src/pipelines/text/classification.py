@@ -6,7 +6,7 @@
 """
 
 from ..base import PipelineError
-from ..heads import apply, check_function, default_function
+from ..heads import apply, check_function, text_function
 from .base import TextPipeline, check_text
 
 
@@ -52,7 +52,7 @@ class TextClassificationPipeline(TextPipeline):
 
     def postprocess(self, outputs, top_k=1, legacy=True, function_to_apply=None):
         logits = self.output(outputs[0], "logits")
-        scores = apply(logits, function_to_apply or default_function(self.config))
+        scores = apply(logits, function_to_apply or text_function(self.config))
         if top_k == 1 and legacy:
             return {"label": self.label(scores.argmax()), "score": scores.max().item()}
         ranked = [{"label": self.label(i), "score": s.item()} for i, s in enumerate(scores)]

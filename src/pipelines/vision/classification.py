@@ -5,7 +5,7 @@
 """
 
 from ..base import PipelineError
-from ..heads import apply, check_function, ranked
+from ..heads import apply, check_function, image_function, ranked
 from .base import VisionPipeline
 
 
@@ -27,16 +27,6 @@ class ImageClassificationPipeline(VisionPipeline):
         return {}, {}, {"top_k": top_k, "function_to_apply": check_function(function_to_apply)}
 
     def postprocess(self, outputs, top_k=5, function_to_apply=None):
-        scores = apply(self.output(outputs[0], "logits"), function_to_apply or self._function())
+        scores = apply(self.output(outputs[0], "logits"),
+                       function_to_apply or image_function(self.config))
         return ranked(scores, self.label, top_k)
-
-    def _function(self):
-        """ImageClassificationPipeline.postprocess's default (not the text pipeline's: a
-        regression model with several labels gets softmax here)."""
-        problem = self.config.get("problem_type")
-        labels = len(self.config["id2label"])
-        if problem == "multi_label_classification" or labels == 1:
-            return "sigmoid"
-        if problem == "single_label_classification" or labels > 1:
-            return "softmax"
-        return self.config.get("function_to_apply") or "none"
