@@ -27,6 +27,7 @@ GLINER="$(venv gliner "$HERE/requirements-gliner.txt")"
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
 time "$EXPORT" tests/support/families_vision_more.py
+time "$EXPORT" tests/support/families_vision_owl.py
 time "$EXPORT" tests/support/families_vision_sr.py
 time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
