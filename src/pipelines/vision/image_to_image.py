@@ -11,11 +11,20 @@ a 64x64 image through an x2 model gives 144x144, as transformers' own docstring 
 
 import numpy as np
 
+from ..base import PipelineError
 from .base import VisionPipeline
 
 
 class ImageToImagePipeline(VisionPipeline):
     task = "image-to-image"
+
+    def __init__(self, model, config=None, **kwargs):
+        names = [o.name for o in model.outputs]
+        if "reconstruction" not in names:
+            raise PipelineError(f"{self.task}: the model has no 'reconstruction' output (it has "
+                                f"{names}); use an image-to-image export such as a Swin2SR "
+                                "super-resolution model")
+        super().__init__(model, config, **kwargs)
 
     def postprocess(self, outputs):
         from PIL import Image
