@@ -21,6 +21,7 @@ RUN_BY = {
     "text2text-generation": test_text2text,
     "translation": "tests/test_translation_nllb.py",  # NLLB: the one translation fixture
     "zero-shot-entity-recognition": "tests/test_pipelines_gliner.py",
+    "image-to-image": "tests/test_pipelines_image_to_image.py",
 }
 
 
