@@ -26,6 +26,7 @@ TASKS = {
     "image-classification": ("vision.classification", "ImageClassificationPipeline"),
     "zero-shot-image-classification": ("vision.zero_shot", "ZeroShotImageClassificationPipeline"),
     "object-detection": ("vision.detection", "ObjectDetectionPipeline"),
+    "zero-shot-object-detection": ("vision.zero_shot_detection", "ZeroShotObjectDetectionPipeline"),
     "image-segmentation": ("vision.segmentation", "ImageSegmentationPipeline"),
     "depth-estimation": ("vision.depth", "DepthEstimationPipeline"),
     "image-to-image": ("vision.image_to_image", "ImageToImagePipeline"),
@@ -43,7 +44,7 @@ ALIASES = {
 # Tasks transformers (or the design) names that no pipeline here implements yet.
 PLANNED = {"automatic-speech-recognition", "audio-classification",
            "zero-shot-audio-classification", "image-to-text", "text-to-audio", "text-to-speech",
-           "background-removal", "zero-shot-object-detection",
+           "background-removal",
            "mask-generation"}
 
 
