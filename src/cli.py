@@ -22,17 +22,31 @@ TEXT_SUFFIXES = (".txt", ".md", ".text")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
+class UsageError(Exception):
+    """A command line that cannot run: one line on standard error, exit status 2."""
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
     if args.command != "run":
         _parser().print_help()
         return 2
+    from .errors import TransmuterError
+    try:
+        return _run(args)
+    except (TransmuterError, UsageError, OSError) as e:
+        # one line, no traceback: the messages name what is wrong and where
+        print(f"transmuter: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args):
     import transmuter
-    options = dict(json.loads(args.options)) if args.options else {}
+    options = _options(args.options)
     if args.variant:
         options["variant"] = args.variant
-    pipe = transmuter.pipeline(args.task, args.model, backend=args.backend,
-                               batch_size=args.batch_size, **options)
+    options = {"batch_size": args.batch_size, **options}  # --options may set it too
+    pipe = transmuter.pipeline(args.task, args.model, backend=args.backend, **options)
     images = "image_processor" in pipe.featurizers
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     files = _Files(pathlib.Path(args.output).with_suffix("") if args.output else
@@ -67,6 +81,26 @@ def _parser():
     return parser
 
 
+def _options(text):
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--options is not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--options must be a JSON object such as '{{\"top_k\": 3}}', got "
+                         f"{text!r}")
+    return value
+
+
+def _read_text(path):
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
 def _inputs(args, images=False):
     """(metadata, input) pairs, lazily: files are read one at a time (image files by the
     pipeline, which is given their paths)."""
@@ -77,21 +111,28 @@ def _inputs(args, images=False):
         if path.is_dir():
             suffixes = IMAGE_SUFFIXES if images else TEXT_SUFFIXES
             for f in sorted(p for p in path.rglob("*") if p.suffix.lower() in suffixes):
-                yield {"file": str(f)}, str(f) if images else f.read_text(encoding="utf-8")
+                yield {"file": str(f)}, str(f) if images else _read_text(f)
         elif path.is_file():
-            yield from _lines(path.open(encoding="utf-8"), path.suffix == ".jsonl")
+            with path.open(encoding="utf-8") as stream:
+                yield from _lines(stream, path.suffix == ".jsonl", str(path))
         else:
-            raise SystemExit(f"transmuter: --input {args.input!r} is neither a file nor a folder")
+            raise UsageError(f"--input {args.input!r} is neither a file nor a folder")
     elif not args.text:
-        yield from _lines(sys.stdin, False)
+        yield from _lines(sys.stdin, False, "standard input")
 
 
-def _lines(stream, is_json):
-    for line in stream:
-        line = line.rstrip("\n")
-        if line.strip():
-            value = json.loads(line) if is_json else line
-            yield {"input": value}, value
+def _lines(stream, is_json, where):
+    number = 0
+    try:
+        for number, line in enumerate(stream, 1):
+            line = line.rstrip("\n")
+            if line.strip():
+                value = json.loads(line) if is_json else line
+                yield {"input": value}, value
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where} is not UTF-8 text ({e.reason})") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{where} line {number} is not JSON ({e})") from None
 
 
 def _split(records):

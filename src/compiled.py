@@ -49,6 +49,9 @@ class CompiledFunction:
                 raise InputError(f"static_inputs names unknown input {name!r}; the graph takes: "
                                  f"{', '.join(declared)}")
             check_value(declared[name], value)
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise InputError(f"cache_size must be a positive int (compiled signatures kept), "
+                             f"got {cache_size!r}")
         self.cache_size = cache_size
         self._cache = collections.OrderedDict()
         self._hits = self._misses = 0

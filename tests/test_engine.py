@@ -327,3 +327,10 @@ def test_a_cycle_is_a_load_error():
                        [info("y", TensorProto.FLOAT, [1])])
     with pytest.raises(transmuter.errors.ModelLoadError, match="cycle.*first.*second"):
         transmuter.load(model.SerializeToString())
+
+
+@pytest.mark.parametrize("size", [0, -1, 1.5, "8", True])
+def test_cache_size_must_be_a_positive_int(size):
+    model = transmuter.load(unsorted_model().SerializeToString())
+    with pytest.raises(transmuter.errors.InputError, match="cache_size must be a positive int"):
+        transmuter.compile(model, {"x": np.zeros((2, 3), np.float32)}, cache_size=size)

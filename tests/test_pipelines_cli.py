@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from transmuter import cli
 
 from .fixtures import ROOT
@@ -59,3 +61,32 @@ def test_run_folder_of_images_writes_maps_as_files(tmp_path):
         mask = Image.open(row["output"][0]["mask"]["file"])
         assert list(mask.size) == want[0]["mask"]["pil_image"]["size"]
         assert int(np.asarray(mask, np.int64).sum()) == want[0]["mask"]["pil_image"]["sum"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "no-such-task", MODEL, "x"], "Unknown task 'no-such-task'"),
+    (["run", "text-classification", MODEL, "x", "--options", "{bad"], "--options is not JSON"),
+    (["run", "text-classification", MODEL, "x", "--options", "[1]"], "must be a JSON object"),
+    (["run", "text-classification", MODEL, "x", "--output", "/no/such/dir/out.jsonl"],
+     "No such file or directory"),
+    (["run", "text-classification", MODEL, "--input", "/no/such/input"],
+     "neither a file nor a folder"),
+    (["run", "text-classification", MODEL, "x", "--options", '{"batch_size": 0}'],
+     "batch_size must be a positive int"),
+])
+def test_bad_command_lines_print_one_line(args, message, capsys):
+    assert cli.main([*args, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("transmuter: ") and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_input_files_that_are_not_utf8(tmp_path, capsys):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9\n".encode("latin-1"))
+    jsonl = tmp_path / "lines.jsonl"
+    jsonl.write_text('{"text": "fine"}\nnot json\n')
+    assert cli.main(["run", "text-classification", MODEL, "--input", str(bad), "-q"]) == 2
+    assert "latin1.txt is not UTF-8 text" in capsys.readouterr().err
+    assert cli.main(["run", "text-classification", MODEL, "--input", str(jsonl), "-q"]) == 2
+    assert "lines.jsonl line 2 is not JSON" in capsys.readouterr().err
