@@ -141,6 +141,8 @@ def _owl_fixture(name, family, arch, model, proc, tok, notes):
     assert len(boxes) > 4 and spread > 1e-2 and gap > 1e-6, (name, len(boxes), spread, gap)
     assert all(len(out) == len(OWL_LABELS) * ref["0/out/pred_boxes"].shape[1] for out in calls[1]["outputs"])
     shape = list(ref["0/out/logits"].shape)
+    scaled = (f"; class_head logit_shift / logit_scale then scaled by {OWLV2_CLASS_HEAD_SCALE} (Owlv2 "
+              "initializes them with std ~1: logits of -160 otherwise)")
     write_manifest(fx, family=family, architecture=arch, task=TASK, opset=18, graphs=graphs,
                    notes=list(notes) + [
                        f"optimum exported {produced}: inputs {ins}, outputs {outs}",
@@ -149,7 +151,7 @@ def _owl_fixture(name, family, arch, model, proc, tok, notes):
                        "(image, box, query)",
                        f"heads (box_head, class_head{', objectness_head' if family == 'owlv2' else ''}) "
                        f"perturbed by a further {HEAD_PERTURB} (seeded) so boxes and scores vary"
-                       f"{'; class_head logit_shift / logit_scale then scaled by ' + str(OWLV2_CLASS_HEAD_SCALE) + ' (Owlv2 initializes them with std ~1: logits of -160 otherwise)' if family == 'owlv2' else ''}; "
+                       f"{scaled if family == 'owlv2' else ''}; "
                        f"{len(boxes)} distinct boxes, score spread {spread:.4f}, smallest gap between "
                        f"consecutive scores {gap:.2e} in the threshold-0 call (no near-ties to reorder)",
                        "pipeline_zero-shot-object-detection.json: transformers' pipeline on the torch model, "
@@ -181,7 +183,8 @@ def build_owlvit():
                       ["OwlViTImageProcessor as google/owlvit-base-patch32 ships it: resize to 32x32 (not "
                        "keeping the aspect ratio) bicubic, no center crop, CLIP mean/std; boxes are relative "
                        "to the image, scaled by (width, height)",
-                       "vision 32px, patch 8: 16 boxes; text hidden 32, 2 layers, 16 positions; projection 32 (the class head compares text_embeds with its text-hidden-size output)",
+                       "vision 32px, patch 8: 16 boxes; text hidden 32, 2 layers, 16 positions; projection 32 (the "
+                       "class head compares text_embeds with its text-hidden-size output)",
                        "tokenizer: CLIP BPE (60 merges) with pad token '!' (id 0) as google/owlvit-* ship it"])
     shutil.rmtree(tmp)
     return fx
@@ -206,7 +209,8 @@ def build_owlv2():
                        "to a square with 0.5, resize to 64x64 (scikit-image style, antialiased), CLIP "
                        "mean/std; boxes are relative to the padded square, so transformers scales them by "
                        "max(height, width)",
-                       "vision 64px, patch 16: 16 boxes; text hidden 32, 2 layers, 16 positions; projection 32 (the class head compares text_embeds with its text-hidden-size output)",
+                       "vision 64px, patch 16: 16 boxes; text hidden 32, 2 layers, 16 positions; projection 32 (the "
+                       "class head compares text_embeds with its text-hidden-size output)",
                        "tokenizer: CLIP BPE (60 merges) with pad token '!' (id 0) as google/owlv2-* ship it"])
     shutil.rmtree(tmp)
     return fx

@@ -40,8 +40,9 @@ class ZeroShotObjectDetectionPipeline(VisionPipeline):
         super().__init__(model, config, image_processor=image_processor, **kwargs)
 
     def __call__(self, inputs, candidate_labels=None, **kwargs):
-        if isinstance(inputs, (list, tuple)) and isinstance(candidate_labels, (list, tuple)) \
-                and candidate_labels and all(isinstance(x, (list, tuple)) for x in candidate_labels):
+        nested = isinstance(candidate_labels, (list, tuple)) and bool(candidate_labels) and all(
+            isinstance(x, (list, tuple)) for x in candidate_labels)
+        if isinstance(inputs, (list, tuple)) and nested:
             # transformers' list of images zipped with a list of label lists
             if len(candidate_labels) != len(inputs):
                 raise PipelineError(f"{len(inputs)} images with {len(candidate_labels)} label "
