@@ -11,6 +11,10 @@ A family is a subclass whose `setup` has the keyword arguments of its transforme
 the same defaults): those are the options it reads from the config, and the only ones that can
 change its output. Other keys are ignored, as transformers ignores them (`proc.ignored` lists
 them). An option value we do not implement raises `InputError`, never a different result.
+
+An `image_processor_type` ending in "Fast" picks transformers' torchvision-backed processor of that
+family (image_families_fast.py, resize in image_resize_fast.py), whose pixels differ from the
+slow one's; a Fast type of a family without one is refused with a hint at the slow type.
 """
 
 import inspect
