@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates every committed fixture in tests/fixtures/ from pinned versions.
 #   bash tests/support/regenerate.sh
-# Three environments: optimum-onnx 0.1.0 needs transformers < 4.58 (requirements-export.txt),
+# Four environments: optimum-onnx 0.1.0 needs transformers < 4.58 (requirements-export.txt),
 # onnxruntime-genai's model builder needs transformers 5 (requirements-genai.txt), and the gliner
-# package pins its own versions (requirements-gliner.txt).
+# package pins its own versions (requirements-gliner.txt); the *Fast image processors' references
+# need torchvision, which the export venv's CPU torch cannot load (requirements-fast.txt).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/../.."
@@ -23,6 +24,7 @@ venv() {  # venv NAME REQUIREMENTS -> path of its python
 EXPORT="$(venv export "$HERE/requirements-export.txt")"
 GENAI="$(venv genai "$HERE/requirements-genai.txt")"
 GLINER="$(venv gliner "$HERE/requirements-gliner.txt")"
+FAST="$(venv fast "$HERE/requirements-fast.txt")"  # torch + torchvision for the *Fast processors
 
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
@@ -33,6 +35,7 @@ time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
 time "$EXPORT" tests/support/record_image_processors.py  # pixel_values on scikit-image photos
 time "$EXPORT" tests/support/record_siglip_tokenizer.py
+time "$FAST" tests/support/record_fast_image_processors.py  # the *ImageProcessorFast references
 time "$GENAI" tests/support/families_genai.py
 time "$GENAI" tests/support/families_genai.py --record-beam  # beam references for the GQA fixtures
 time "$GLINER" tests/support/families_gliner.py
