@@ -12,6 +12,8 @@ from transmuter.errors import InputError
 from transmuter.pipelines import PipelineError
 
 from .fixtures import ROOT, pipeline_reference, pipeline_references
+from .test_pipelines_vision import images
+from .test_pipelines_vision import pipe as vision_pipe
 
 TASK = "image-to-image"
 CASES = pipeline_references({TASK})
@@ -22,18 +24,10 @@ CASES = pipeline_references({TASK})
 PIXEL_TOL = 1
 # ... and only a few values do: a wrong model, padding or clamp moves thousands.
 MAX_DIFFERING = 0.001  # fraction of the image's values
-_PIPES = {}
 
 
 def pipe(fixture, backend="jax"):
-    key = (fixture, backend)
-    if key not in _PIPES:
-        _PIPES[key] = transmuter.pipeline(TASK, ROOT / fixture, backend=backend, variant="fp32")
-    return _PIPES[key]
-
-
-def images(fixture, ref):
-    return [str(ROOT / fixture / p) for p in ref["inputs"]["images"]]
+    return vision_pipe(fixture, TASK, backend)
 
 
 def assert_same_image(got, want, where=""):

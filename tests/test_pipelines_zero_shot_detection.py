@@ -10,6 +10,8 @@ from transmuter.pipelines import PipelineError
 
 from .fixtures import ROOT, pipeline_reference, pipeline_references
 from .test_pipelines_text import assert_close
+from .test_pipelines_vision import calls, images
+from .test_pipelines_vision import pipe as vision_pipe
 
 TASK = "zero-shot-object-detection"
 CASES = [f for f, _ in pipeline_references({TASK})]
@@ -18,22 +20,10 @@ CASES = [f for f, _ in pipeline_references({TASK})]
 # bound of 1e-4 leaves headroom. Labels and integer boxes must be identical: the references' scores
 # are at least 2e-5 apart, so no near-tie can reorder them.
 TOL = 1e-4
-_PIPES = {}
 
 
 def pipe(fixture, backend="jax"):
-    key = (fixture, backend)
-    if key not in _PIPES:
-        _PIPES[key] = transmuter.pipeline(TASK, ROOT / fixture, backend=backend, variant="fp32")
-    return _PIPES[key]
-
-
-def images(fixture, ref):
-    return [str(ROOT / fixture / p) for p in ref["inputs"]["images"]]
-
-
-def calls(ref):
-    return [(c["call_kwargs"], c["outputs"]) for c in ref["calls"]]
+    return vision_pipe(fixture, TASK, backend)
 
 
 def test_both_families_are_recorded():
