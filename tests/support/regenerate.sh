@@ -30,6 +30,7 @@ time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
 time "$EXPORT" tests/support/families_vision_more.py
 time "$EXPORT" tests/support/families_vision_owl.py
+time "$EXPORT" tests/support/families_vision_rtdetr.py
 time "$EXPORT" tests/support/families_vision_sr.py
 time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
