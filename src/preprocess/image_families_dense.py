@@ -112,6 +112,22 @@ class YolosImageProcessor(DetrImageProcessor):
         return super().output_size(image_hw)
 
 
+@register("RTDetrImageProcessor")
+class RTDetrImageProcessor(DetrImageProcessor):
+    """DETR's steps with RT-DETR's defaults: 640x640, no normalize, no pad; ``size`` is read
+    without DETR's legacy max_size of 1333."""
+
+    def setup(self, *, format="coco_detection", do_resize=True, size=None, resample=BILINEAR,
+              do_rescale=True, rescale_factor=RESCALE, do_normalize=False, image_mean=None,
+              image_std=None, do_convert_annotations=True, do_pad=False, pad_size=None):
+        super().setup(format=format, do_resize=do_resize,
+                      size=size if size is not None else {"height": 640, "width": 640},
+                      resample=resample, do_rescale=do_rescale, rescale_factor=rescale_factor,
+                      do_normalize=do_normalize, image_mean=image_mean, image_std=image_std,
+                      do_convert_annotations=do_convert_annotations, do_pad=do_pad,
+                      pad_size=pad_size, max_size=None)
+
+
 @register("DPTImageProcessor")
 class DPTImageProcessor(ImageProcessor):
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, keep_aspect_ratio=False,

@@ -1,6 +1,7 @@
 """object-detection: transformers' ObjectDetectionPipeline over DETR-style heads (DETR, YOLOS,
 Conditional / Deformable DETR: ``logits`` [B, queries, classes + 1], ``pred_boxes`` as normalized
-centre x, y, width, height).
+centre x, y, width, height) and RT-DETR's sigmoid head (``logits`` [B, queries, classes]: no "no
+object" class; RTDetrImageProcessor.post_process_object_detection with use_focal_loss=True).
 
     pipe("street.jpg")                  -> [{"score", "label", "box": {"xmin", "ymin", "xmax",
                                              "ymax"}}, ...]   (pixels, truncated to ints)
@@ -10,7 +11,7 @@ centre x, y, width, height).
 import numpy as np
 
 from ..base import PipelineError
-from ..heads import softmax
+from ..heads import sigmoid, softmax
 from .base import VisionPipeline, image_size
 
 
@@ -23,6 +24,7 @@ class ObjectDetectionPipeline(VisionPipeline):
             raise PipelineError(f"{self.task} runs DETR-style detectors (outputs logits and "
                                 f"pred_boxes); this graph gives {sorted(names)}")
         super().__init__(model, config, **kwargs)
+        self.focal = is_rt_detr(self.config, self.image_processor)
 
     def _sanitize_parameters(self, threshold=0.5, exact_boxes=False, **unknown):
         super()._sanitize_parameters(**unknown)
@@ -32,16 +34,36 @@ class ObjectDetectionPipeline(VisionPipeline):
 
     def postprocess(self, outputs, threshold=0.5, exact_boxes=False):
         out = outputs[0]
-        # post_process_object_detection: softmax, best class but the "no object" one, corners
-        # scaled to the input image's size
-        probs = softmax(out["logits"])[:, :-1]
-        scores, labels = probs.max(-1), probs.argmax(-1)
         height, width = image_size(out)
+        # post_process_object_detection: corners scaled to the input image's size
         boxes = corners(out["pred_boxes"].astype(np.float32)) * np.array(
             [width, height, width, height], np.float32)
+        scores, labels, boxes = (focal_head if self.focal else softmax_head)(out["logits"], boxes)
         keep = scores > threshold
         return [{"score": float(s), "label": self.label(c), "box": box_dict(b, exact_boxes)}
                 for s, c, b in zip(scores[keep], labels[keep], boxes[keep])]
+
+
+def is_rt_detr(config, image_processor):
+    """RT-DETR's head: by config.json's model_type, else by its processor's type."""
+    if (config or {}).get("model_type") == "rt_detr":
+        return True
+    return str(getattr(image_processor, "name", "")).startswith("RTDetrImageProcessor")
+
+
+def softmax_head(logits, boxes):
+    """DETR: softmax, each query's best class but the last ("no object") one, in query order."""
+    probs = softmax(logits)[:, :-1]
+    return probs.max(-1), probs.argmax(-1), boxes
+
+
+def focal_head(logits, boxes):
+    """RT-DETR (use_focal_loss=True): sigmoid, the top ``queries`` scores over queries x classes,
+    best first (ties: the lower query x class index first)."""
+    queries, classes = logits.shape[-2:]
+    scores = sigmoid(np.asarray(logits, np.float32)).reshape(-1)
+    top = np.argsort(-scores, kind="stable")[:queries]
+    return scores[top], top % classes, boxes[top // classes]
 
 
 def corners(boxes):
