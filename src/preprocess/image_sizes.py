@@ -67,45 +67,44 @@ def shortest_edge_size(image_hw, size, default_to_square=True, max_size=None):
     return (new_long, new_short) if width <= height else (new_short, new_long)
 
 
-def aspect_ratio_size(image_hw, size, max_size=None):
-    """transformers.models.detr.image_processing_detr.get_size_with_aspect_ratio: the shorter edge
-    to `size` unless the longer would pass `max_size`, then the longer edge to max_size."""
-    height, width = image_hw
-    raw_size = None
+def _clamped_short_edge(height, width, size, max_size):
+    """(size, raw_size) of get_size_with_aspect_ratio: the short edge shrinks (raw_size, float)
+    when the long one would pass ``max_size``."""
     if max_size is not None:
         min_original, max_original = float(min(height, width)), float(max(height, width))
         if max_original / min_original * size > max_size:
             raw_size = max_size * min_original / max_original
-            size = int(round(raw_size))
+            return int(round(raw_size)), raw_size
+    return size, None
+
+
+def _scaled(long_side, short_side, size, raw_size):
+    return int((raw_size if raw_size is not None else size) * long_side / short_side)
+
+
+def aspect_ratio_size(image_hw, size, max_size=None):
+    """transformers.models.detr.image_processing_detr.get_size_with_aspect_ratio: the shorter edge
+    to `size` unless the longer would pass `max_size`, then the longer edge to max_size."""
+    height, width = image_hw
+    size, raw_size = _clamped_short_edge(height, width, size, max_size)
     if (height <= width and height == size) or (width <= height and width == size):
         return (height, width)
     if width < height:
-        ow = size
-        oh = int(raw_size * height / width) if raw_size is not None else int(size * height / width)
-        return (oh, ow)
-    oh = size
-    ow = int(raw_size * width / height) if raw_size is not None else int(size * width / height)
-    return (oh, ow)
+        return (_scaled(height, width, size, raw_size), size)
+    return (size, _scaled(width, height, size, raw_size))
 
 
 def yolos_size(image_hw, size, max_size=None, mod_size=16):
     """transformers.models.yolos.image_processing_yolos.get_size_with_aspect_ratio: DETR's rule
     with the portrait branch first, then both edges rounded down to a multiple of 16."""
     height, width = image_hw
-    raw_size = None
-    if max_size is not None:
-        min_original, max_original = float(min(height, width)), float(max(height, width))
-        if max_original / min_original * size > max_size:
-            raw_size = max_size * min_original / max_original
-            size = int(round(raw_size))
+    size, raw_size = _clamped_short_edge(height, width, size, max_size)
     if width < height:
-        ow = size
-        oh = int(raw_size * height / width) if raw_size is not None else int(size * height / width)
+        oh, ow = _scaled(height, width, size, raw_size), size
     elif (height <= width and height == size) or (width <= height and width == size):
         oh, ow = height, width
     else:
-        oh = size
-        ow = int(raw_size * width / height) if raw_size is not None else int(size * width / height)
+        oh, ow = size, _scaled(width, height, size, raw_size)
     if mod_size is not None:
         oh, ow = oh - oh % mod_size, ow - ow % mod_size
     return (oh, ow)
