@@ -1,0 +1,1 @@
+"""Audio tasks: speech recognition, audio classification, zero-shot audio, speech synthesis."""
