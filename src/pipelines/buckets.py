@@ -46,3 +46,12 @@ def lengths(given, cap, what="sequence_length"):
 def multiple(n, step):
     """``n`` rounded up to a multiple of ``step`` (image sides of graphs that take any size)."""
     return -(-int(n) // step) * step
+
+
+def audio_length(n, per_octave=4):
+    """``n`` samples rounded up to one of ``per_octave`` steps per power of two (16,000 ->
+    16,384; 20,000 -> 20,480; 30,000 -> 32,768): at most 1/``per_octave`` padding, and a few
+    shapes per doubling of length, for graphs that take clips of any length with a mask."""
+    n = max(int(n), 1)
+    step = max(next_pow2(n) // (2 * per_octave), 1)
+    return multiple(n, step)

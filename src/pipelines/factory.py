@@ -5,7 +5,8 @@ from . import registry
 from .base import PipelineError
 
 
-def pipeline(task, model=None, *, tokenizer=None, image_processor=None, config=None,
+def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_extractor=None,
+             config=None,
              backend="jax", compute_type=None, variant=None, revision=None, cache_dir=None,
              local_files_only=False, token=None, **options):
     """A ``Pipeline`` for ``task`` (transformers' names and aliases, plus ``text-embedding``,
@@ -15,7 +16,8 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, config=N
     loaded by hand (then give ``config=`` and the task's featurizers, or a repo as ``config=``).
     ``tokenizer`` may be a ``transmuter`` Tokenizer, a ``tokenizers.Tokenizer``, or a repo/folder;
     ``image_processor`` a ``transmuter`` ImageProcessor, a preprocessor_config dict, or a
-    repo/folder. ``variant`` picks the ONNX file ("fp32", "fp16", "q8", "q4", ...);
+    repo/folder; ``feature_extractor`` (audio) a ``transmuter`` FeatureExtractor, a
+    preprocessor_config dict, or a repo/folder. ``variant`` picks the ONNX file ("fp32", "fp16", "q8", "q4", ...);
     ``revision``, ``cache_dir``, ``local_files_only`` and ``token`` reach the Hub; ``backend``
     ("jax", "mlx") and ``compute_type`` reach ``transmuter.load``. Other options
     (``batch_size``, ``sequence_length``, ``progress`` and the task's own, e.g. ``top_k``) go to
@@ -45,7 +47,8 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, config=N
     if config is None:
         raise PipelineError("A model given as a transmuter.Model needs config= (config.json as a "
                             "dict, or the repo/folder it came from)")
-    given = {"tokenizer": tokenizer, "image_processor": image_processor}
+    given = {"tokenizer": tokenizer, "image_processor": image_processor,
+             "feature_extractor": feature_extractor}
     unused = [name for name, value in given.items()
               if value is not None and name not in cls.featurizers]
     if unused:
@@ -93,4 +96,25 @@ def _image_processor(processor, repo, where):
     return ImageProcessor.from_config(settings)
 
 
-_FEATURIZERS = {"tokenizer": _tokenizer, "image_processor": _image_processor}
+def _feature_extractor(extractor, repo, where):
+    from .. import hub
+    from ..preprocess.audio_features import FeatureExtractor
+
+    if isinstance(extractor, FeatureExtractor):
+        return extractor
+    if isinstance(extractor, dict):
+        return FeatureExtractor.from_config(extractor)
+    if extractor is not None:
+        repo = hub.resolve(extractor, **where)
+    if repo is None:
+        raise PipelineError("Give feature_extractor= (a preprocessor_config.json dict, a "
+                            "transmuter FeatureExtractor, or a folder) with a model loaded by hand")
+    settings = repo.json("preprocessor_config.json")
+    if settings is None:
+        raise PipelineError(f"{repo.label} has no preprocessor_config.json, so its audio cannot "
+                            "be prepared as the model expects; give feature_extractor=")
+    return FeatureExtractor.from_config(settings)
+
+
+_FEATURIZERS = {"tokenizer": _tokenizer, "image_processor": _image_processor,
+                "feature_extractor": _feature_extractor}

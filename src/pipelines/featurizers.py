@@ -60,3 +60,44 @@ class ImageFeaturizer:
             batch = {k: np.concatenate([v, np.repeat(v[:1], spare, axis=0)])
                      for k, v in batch.items()}
         return batch
+
+
+class AudioFeaturizer:
+    """A feature extractor's features of one clip: fixed-size log-mels (Whisper, AST, CLAP), or
+    raw samples of any length (wav2vec2's ``input_values`` [T]). Clips of any length pad to a
+    length bucket when the graph takes an ``attention_mask``; without one, padding would change
+    the result (wav2vec2-base normalizes over time, padding included), so such a clip runs at
+    its own length."""
+
+    key = "audio"
+
+    def __init__(self, extractor, inputs):
+        self.extractor = extractor
+        self.masked = "attention_mask" in inputs
+
+    def main(self, item):
+        return item[self.extractor.model_input_names[0]]
+
+    def size(self, item):
+        return int(self.main(item).size)
+
+    def shape(self, item):
+        """The compiled shape ``item`` needs (a batch holds one)."""
+        main = self.main(item)
+        if main.ndim == 1 and self.masked:
+            return (buckets.audio_length(main.shape[0]),)
+        return main.shape
+
+    def batch(self, items, rows, inputs, task):
+        shape = self.shape(items[0])
+        padded = self.extractor.pad(items, length=shape[0] if len(shape) == 1 else None)
+        batch = {k: v for k, v in padded.items() if k in inputs}
+        missing = [n for n in inputs if n not in batch]
+        if missing:
+            raise PipelineError(f"The model takes input(s) {missing} that a {task} pipeline does "
+                                f"not make from its feature extractor (it makes {sorted(padded)})")
+        spare = rows - len(items)
+        if spare:
+            batch = {k: np.concatenate([v, np.repeat(v[:1], spare, axis=0)])
+                     for k, v in batch.items()}
+        return batch

@@ -1,0 +1,74 @@
+"""What audio tasks share: a feature extractor, audio inputs, batches of clips of one shape."""
+
+import itertools
+import os
+
+import numpy as np
+
+from ..base import Pipeline, PipelineError
+from ..featurizers import AudioFeaturizer
+
+
+class AudioPipeline(Pipeline):
+    """A pipeline over a feature extractor (preprocessor_config.json). An input is a NumPy array
+    of samples at the model's rate, a dict ``{"raw" | "array": samples, "sampling_rate": sr}``,
+    a path or the bytes of an audio file; each becomes one chunk holding its features, or several
+    (windows of a long recording, see speech_recognition.py)."""
+
+    featurizers = ("feature_extractor",)
+    # A clip's features are small next to an image's (Whisper's 30 s: 0.96 MB), but long
+    # recordings make many windows: read a few batches ahead, enough to group equal shapes.
+    lookahead_batches = list_lookahead_batches = 4
+
+    def __init__(self, model, config=None, *, feature_extractor, **kwargs):
+        self.feature_extractor = feature_extractor
+        self.featurizer = AudioFeaturizer(feature_extractor, {v.name for v in model.inputs})
+        super().__init__(model, config, **kwargs)
+
+    @property
+    def sampling_rate(self):
+        return self.feature_extractor.sampling_rate
+
+    def _is_single(self, inputs):
+        return is_audio(inputs)
+
+    def _input_kind(self):
+        return ("audio (a NumPy array of samples, a dict {'raw': samples, 'sampling_rate': sr}, "
+                "a file path or the file's bytes)")
+
+    def samples(self, inputs):
+        """float32 mono samples of one input at the feature extractor's rate."""
+        from ...preprocess.audio import load_audio
+
+        return load_audio(inputs, self.sampling_rate)
+
+    def preprocess(self, inputs):
+        yield {"audio": self.feature_extractor(self.samples(inputs))}
+
+    def _forward(self, chunks, **params):
+        """Clips of one compiled shape run together (chunks come sorted by size): a graph that
+        takes no attention mask sees each clip unpadded, so a batch gives what each clip gives
+        alone."""
+        out = []
+        for _, group in itertools.groupby(chunks, key=lambda c: self.featurizer.shape(c["audio"])):
+            out += self._forward_group(list(group), **params)
+        return out
+
+    def _forward_group(self, chunks):
+        return super()._forward(chunks)
+
+
+def is_audio(x):
+    """Whether ``x`` is one audio input (not a list or stream of them)."""
+    # any array is one clip, as in transformers (a 2-D one is refused there, with its shape)
+    return isinstance(x, (dict, np.ndarray, str, bytes, bytearray, memoryview, os.PathLike))
+
+
+def check_labels(candidate_labels, task):
+    """candidate_labels as a non-empty list of strings."""
+    labels = [candidate_labels] if isinstance(candidate_labels, str) else candidate_labels
+    if not isinstance(labels, (list, tuple)) or not labels or \
+            not all(isinstance(x, str) for x in labels):
+        raise PipelineError(f"{task}: candidate_labels must be a non-empty list of strings, got "
+                            f"{candidate_labels!r:.80}")
+    return list(labels)
