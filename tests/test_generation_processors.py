@@ -62,12 +62,12 @@ def test_min_length_min_new_tokens_forced_and_suppressed():
 
 def test_warpers():
     s = scores(1, 4, 3, 2)
-    np.testing.assert_array_equal(S.TopK(2)(HOST, s), scores(INF, 4, 3, INF))
-    np.testing.assert_allclose(S.Temperature(2.0)(HOST, s), s / 2)
+    np.testing.assert_array_equal(S.TopK(2)(HOST, None, s), scores(INF, 4, 3, INF))
+    np.testing.assert_allclose(S.Temperature(2.0)(HOST, None, s), s / 2)
     p = np.exp(s) / np.exp(s).sum()  # [0.032, 0.644, 0.237, 0.087]
-    np.testing.assert_array_equal(S.TopP(0.7)(HOST, s), scores(INF, 4, 3, INF))
-    np.testing.assert_array_equal(S.TopP(0.5)(HOST, s), scores(INF, 4, INF, INF))
-    np.testing.assert_array_equal(S.MinP(0.2)(HOST, s), scores(INF, 4, 3, INF))
+    np.testing.assert_array_equal(S.TopP(0.7)(HOST, None, s), scores(INF, 4, 3, INF))
+    np.testing.assert_array_equal(S.TopP(0.5)(HOST, None, s), scores(INF, 4, INF, INF))
+    np.testing.assert_array_equal(S.MinP(0.2)(HOST, None, s), scores(INF, 4, 3, INF))
     assert p[0, 2] / p[0, 1] > 0.2 > p[0, 3] / p[0, 1]
 
 
@@ -89,7 +89,7 @@ def test_processors_jit_under_jax():
         for proc in procs:
             x = proc(xp, st, x)
         for warp in warpers:
-            x = warp(xp, x)
+            x = warp(xp, st, x)
         return x
 
     expected = apply(HOST, st, logits)

@@ -69,10 +69,11 @@ def test_greedy_and_beams_equal_transformers_generate(name):
     for case in reference(name, "generate_beam.json")["cases"]:
         assert p.tokenizer.encode(case["prompt"]).ids == case["prompt_ids"]
         config = GenerationConfig.from_dicts(*files, **case["kwargs"])
+        encoded, start = p.generator.encode_ids([case["prompt_ids"]]), [p.generator.start_ids(config)]
         if config.num_beams > 1:
-            got = p.generator.beam_search([case["prompt_ids"]], config)[0][0]
+            got = p.generator.beam_search(start, config, encoded)[0][0]
         else:
-            got = [p.generator.generate([case["prompt_ids"]], config)[0]]
+            got = [p.generator.generate(start, config, encoded)[0]]
         assert got == case["sequences"], case["kwargs"]
 
 

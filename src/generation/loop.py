@@ -114,7 +114,7 @@ class Generator:
         for _ in range(int(budget.max())):
             scores = logits.astype(np.float32)
             for proc in processors:
-                scores = proc(HOST, state, scores) if _takes_state(proc) else proc(HOST, scores)
+                scores = proc(HOST, state, scores)
             noise = sampler.noise(rows, scores.shape[-1])
             tokens = Sampler.choose(HOST, scores, noise) if config.do_sample else \
                 np.argmax(scores, axis=-1).astype(np.int64)
@@ -166,8 +166,3 @@ def _state(prompts, n, budget):
     for b, p in enumerate(prompts):
         ids[b, :len(p)] = p
     return State(ids, n.copy(), n.copy(), n + budget)
-
-
-def _takes_state(proc):
-    # logits processors read the state; warpers (sampling.py) only the scores
-    return not hasattr(proc, "__module__") or not proc.__module__.endswith("sampling")

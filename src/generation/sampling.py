@@ -1,6 +1,7 @@
 """Warpers (temperature, top-k, top-p, min-p) and token choice: greedy or seeded sampling.
 
-Like the processors, warpers are ``warp(xp, scores) -> scores`` with no Python branch on values.
+Warpers have the processors' signature, ``warp(xp, state, scores) -> scores`` (they ignore the
+state), with no Python branch on values.
 Sampling uses the Gumbel-max trick: ``argmax(log_softmax(scores) + g)`` with ``g`` Gumbel noise
 draws a token with probability ``softmax(scores)``; the noise comes from a NumPy generator per
 row seeded by ``seed`` (and the row), so a seed repeats the same text on every backend and a row
@@ -21,7 +22,7 @@ class Temperature:
             raise InputError(f"temperature must be a positive number, got {temperature!r}")
         self.temperature = float(temperature)
 
-    def __call__(self, xp, scores):
+    def __call__(self, xp, state, scores):
         return scores / xp.asarray(self.temperature, dtype=scores.dtype)
 
 
@@ -33,7 +34,7 @@ class TopK:
             raise InputError(f"top_k must be a positive int, got {top_k!r}")
         self.top_k = max(top_k, min_tokens_to_keep)
 
-    def __call__(self, xp, scores):
+    def __call__(self, xp, state, scores):
         k = min(self.top_k, scores.shape[-1])
         kth = xp.sort(scores, axis=-1)[:, scores.shape[-1] - k][:, None]
         return xp.where(scores < kth, xp.asarray(NEG_INF, dtype=scores.dtype), scores)
@@ -47,7 +48,7 @@ class TopP:
             raise InputError(f"top_p must be in (0, 1], got {top_p!r}")
         self.top_p, self.keep = float(top_p), min_tokens_to_keep
 
-    def __call__(self, xp, scores):
+    def __call__(self, xp, state, scores):
         ascending = xp.sort(scores, axis=-1)
         cumulative = xp.cumsum(xp.softmax(ascending, axis=-1), axis=-1)
         # transformers removes sorted tokens whose cumulative mass is <= 1 - top_p; the rest
@@ -67,7 +68,7 @@ class MinP:
             raise InputError(f"min_p must be in [0, 1], got {min_p!r}")
         self.min_p = float(min_p)
 
-    def __call__(self, xp, scores):
+    def __call__(self, xp, state, scores):
         probs = xp.softmax(scores, axis=-1)
         low = probs < self.min_p * xp.max(probs, axis=-1, keepdims=True)
         return xp.where(low, xp.asarray(NEG_INF, dtype=scores.dtype), scores)

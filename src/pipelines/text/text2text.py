@@ -115,11 +115,12 @@ class Text2TextGenerationPipeline(TextPipeline):
 
     def _forward(self, chunks, config):
         sources, start = [c["ids"] for c in chunks], self.generator.start_ids(config)
+        encoded, prompts = self.generator.encode_ids(sources), [start] * len(sources)
         if config.num_beams > 1:
-            new, _ = self.generator.beam_search(sources, config)
+            new, _ = self.generator.beam_search(prompts, config, encoded)
         else:
             new = [[n] for n in self.generator.generate(
-                sources, config, decode=lambda ids: self._decode(ids, False))]
+                prompts, config, encoded, decode=lambda ids: self._decode(ids, False))]
         summaries = self.generator.stats.summaries([len(s) for s in sources])
         return [dict(c, output_ids=[start + s for s in n], summaries=t)
                 for c, n, t in zip(chunks, new, summaries)]
