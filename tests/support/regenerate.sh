@@ -25,6 +25,7 @@ EXPORT="$(venv export "$HERE/requirements-export.txt")"
 GENAI="$(venv genai "$HERE/requirements-genai.txt")"
 GLINER="$(venv gliner "$HERE/requirements-gliner.txt")"
 FAST="$(venv fast "$HERE/requirements-fast.txt")"  # torch + torchvision for the *Fast processors
+AUDIO="$(venv audio "$HERE/requirements-audio.txt")"  # torch 2.9.1 + torchaudio: resample
 
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
@@ -37,6 +38,7 @@ time "$EXPORT" tests/support/record_generation.py  # beam references: after the 
 time "$EXPORT" tests/support/record_image_processors.py  # pixel_values on scikit-image photos
 time "$EXPORT" tests/support/record_siglip_tokenizer.py
 time "$FAST" tests/support/record_fast_image_processors.py  # the *ImageProcessorFast references
+time "$AUDIO" tests/support/record_resample.py  # torchaudio.functional.resample references
 time "$GENAI" tests/support/families_genai.py
 time "$GENAI" tests/support/families_genai.py --record-beam  # beam references for the GQA fixtures
 time "$GLINER" tests/support/families_gliner.py
