@@ -32,6 +32,7 @@ TASKS = {
     "image-to-image": ("vision.image_to_image", "ImageToImagePipeline"),
     "image-feature-extraction": ("vision.embedding", "ImageFeatureExtractionPipeline"),
     "image-embedding": ("vision.embedding", "ImageEmbeddingPipeline"),
+    "text-to-audio": ("audio.text_to_speech", "TextToAudioPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -40,10 +41,11 @@ ALIASES = {
     "sentence-similarity": "text-embedding",
     "embeddings": "text-embedding",
     "reranking": "text-ranking",
+    "text-to-speech": "text-to-audio",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
 PLANNED = {"automatic-speech-recognition", "audio-classification",
-           "zero-shot-audio-classification", "image-to-text", "text-to-audio", "text-to-speech",
+           "zero-shot-audio-classification", "image-to-text",
            "background-removal",
            "mask-generation"}
 
