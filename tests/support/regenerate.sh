@@ -39,6 +39,7 @@ time "$EXPORT" tests/support/record_image_processors.py  # pixel_values on sciki
 time "$EXPORT" tests/support/record_siglip_tokenizer.py
 time "$FAST" tests/support/record_fast_image_processors.py  # the *ImageProcessorFast references
 time "$AUDIO" tests/support/record_resample.py  # torchaudio.functional.resample references
+time "$EXPORT" tests/support/record_audio_features.py; time "$AUDIO" tests/support/record_audio_features.py --torchaudio  # feature extractors; AST also on torchaudio
 time "$GENAI" tests/support/families_genai.py
 time "$GENAI" tests/support/families_genai.py --record-beam  # beam references for the GQA fixtures
 time "$GLINER" tests/support/families_gliner.py
