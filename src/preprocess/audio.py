@@ -75,7 +75,7 @@ def load_audio(item, sampling_rate=16000, *, mix_channels=False):
     elif isinstance(item, (str, os.PathLike)):
         samples, rate, what = _from_path(item)
     elif isinstance(item, (bytes, bytearray, memoryview)):
-        what = f"the bytes given ({len(item)} bytes)"
+        what = f"the encoded audio given as bytes ({len(item)} bytes)"
         samples, rate = _decode(bytes(item), what)
     elif isinstance(item, (list, tuple)):
         raise InputError(f"One audio input was expected, got a {type(item).__name__} of "
@@ -107,17 +107,21 @@ def resample(samples, orig_sr, new_sr):
     if samples.dtype.kind != "f":
         raise InputError(f"resample takes float samples, got an array of {samples.dtype}: read "
                          "integer PCM with load_audio, which scales it to [-1, 1]")
+    if samples.ndim == 0:
+        raise InputError("resample takes an array of samples (over its last axis), got a number")
     if orig == new:
         return samples.astype(np.float32, copy=False)
     dtype = np.float64 if samples.dtype == np.float64 else np.float32
     gcd = math.gcd(orig, new)
     orig, new = orig // gcd, new // gcd
     kernel, width = _sinc_kernel(orig, new, np.dtype(dtype))
-    rows = samples.astype(dtype, copy=False).reshape(-1, samples.shape[-1])
-    out = np.stack([_apply_kernel(row, kernel, width, orig) for row in rows])
+    rows = samples.astype(dtype, copy=False)
+    rows = rows.reshape(math.prod(rows.shape[:-1]), rows.shape[-1])
     # torchaudio: torch.ceil(torch.as_tensor(new * length / orig)), a float32 tensor
     length = int(np.ceil(np.float32(new * samples.shape[-1] / orig)))
-    out = out[:, :length].astype(np.float32)
+    out = np.zeros((len(rows), length), np.float32)
+    for i, row in enumerate(rows):
+        out[i] = _apply_kernel(row, kernel, width, orig)[:length]
     return out.reshape(samples.shape[:-1] + out.shape[-1:])
 
 
@@ -217,12 +221,13 @@ def _read(source, what):
         stream = io.BytesIO(source) if isinstance(source, bytes) else source
         return soundfile.read(stream, dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
-        reason = str(e).rsplit(": ", 1)[-1] if str(e) else type(e).__name__
+        reason = (str(e).rsplit(": ", 1)[-1] if str(e) else type(e).__name__).rstrip(".")
     ffmpeg = shutil.which("ffmpeg")
     if ffmpeg is None:
-        raise InputError(f"soundfile cannot read {what} ({reason}): it reads WAV, FLAC, OGG and "
-                         "MP3; for other formats (M4A, WebM, ...) ffmpeg is needed: install it "
-                         "and put it on PATH") from None
+        raise InputError(f"{_cap(what)} is not audio that soundfile can read ({reason}; it "
+                         "reads WAV, FLAC, OGG and MP3). If it is another format (M4A, WebM, "
+                         "...), ffmpeg is needed to read it: install ffmpeg and put it on PATH"
+                         ) from None
     return _ffmpeg_decode(ffmpeg, source, what, reason)
 
 
@@ -241,9 +246,9 @@ def _ffmpeg_decode(ffmpeg, source, what, reason):
         done = subprocess.run(cmd, capture_output=True)
         if done.returncode != 0 or not os.path.isfile(out):
             lines = done.stderr.decode(errors="replace").strip().splitlines()
-            detail = lines[-1] if lines else f"exit status {done.returncode}"
-            raise InputError(f"{what} is not an audio file that soundfile ({reason}) or ffmpeg "
-                             f"({detail}) can read")
+            detail = lines[-1].removeprefix(f"{source}: ") if lines else f"exit {done.returncode}"
+            raise InputError(f"{_cap(what)} is not audio that soundfile or ffmpeg can read "
+                             f"(soundfile: {reason}; ffmpeg: {detail})")
         return soundfile.read(out, dtype="float32", always_2d=True)
 
 
@@ -259,25 +264,29 @@ def _check_samples(samples, what, mix_channels):
         samples = samples.astype(np.float32, copy=False)
     samples = _to_mono(samples, what, mix_channels)
     if samples.size == 0:
-        raise InputError(f"{what} has no samples")
+        raise InputError(f"{_cap(what)} has no samples")
     finite = np.isfinite(samples)
     if not finite.all():
         bad = np.flatnonzero(~finite)
-        raise InputError(f"{what} has {bad.size} NaN or infinite sample(s) (the first at index "
-                         f"{bad[0]}): audio samples must be finite")
+        raise InputError(f"{_cap(what)} has {bad.size} NaN or infinite sample(s) (the first at "
+                         f"index {bad[0]}): audio samples must be finite")
     peak = float(np.abs(samples).max())
     if peak > _MAX_PEAK:
-        raise InputError(f"{what} peaks at {peak:g}, but float samples are expected in [-1, 1]: "
-                         "int16 PCM given as floats should be divided by 32768 (or pass the int16 "
-                         "array itself)")
+        raise InputError(f"{_cap(what)} peaks at {peak:g}, but float samples are expected in "
+                         "[-1, 1]: int16 PCM given as floats should be divided by 32768 (or pass "
+                         "the int16 array itself)")
     return samples
+
+
+def _cap(text):
+    return text[:1].upper() + text[1:]
 
 
 def _to_mono(samples, what, mix_channels):
     if samples.ndim == 1:
         return samples
     if samples.ndim == 0:
-        raise InputError(f"{what} is a single number, not an array of samples")
+        raise InputError(f"{_cap(what)} is a single number, not an array of samples")
     if samples.ndim == 2 and mix_channels and samples.shape[0] <= samples.shape[1]:
         return samples.mean(axis=0)
     layout = ("(channels, samples) with more channels than samples: transpose it if it is "
