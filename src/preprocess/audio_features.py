@@ -3,7 +3,7 @@ transformers' feature extractors (4.57) with no torch.
 
     fe = FeatureExtractor.from_config(config)    # dispatch on feature_extractor_type
     fe.sampling_rate, fe.model_input_names
-    item = fe(samples)     # one mono float clip at fe.sampling_rate -> dict of arrays, no batch axis
+    item = fe(samples)     # one mono float clip at fe.sampling_rate -> arrays, no batch axis
     batch = fe.pad([item, ...], length=None)     # -> dict of arrays with a batch axis
 
 `fe(samples)` is transformers' call on that one clip (return_tensors="np", batch axis dropped);
@@ -272,7 +272,8 @@ class WhisperFeatureExtractor(FeatureExtractor):
         samples = self.samples(samples)
         padding = "longest" if padding is True else "do_not_pad" if padding is False else padding
         self.choice("padding", padding, self.PADDINGS)
-        limit = self.n_samples if max_length is None else self.positive_int("max_length", max_length)
+        limit = (self.n_samples if max_length is None
+                 else self.positive_int("max_length", max_length))
         if pad_to_multiple_of is not None:
             limit = _round_up(limit, self.positive_int("pad_to_multiple_of", pad_to_multiple_of))
         if truncation:
@@ -455,7 +456,8 @@ class ClapFeatureExtractor(FeatureExtractor):
         self.window = S.window_function(self.fft_window_size, "hann")
         bank = lambda **norm: S.mel_filter_bank(  # noqa: E731
             (self.fft_window_size >> 1) + 1, self.feature_size,
-            self.number("frequency_min", frequency_min), self.number("frequency_max", frequency_max),
+            self.number("frequency_min", frequency_min),
+            self.number("frequency_max", frequency_max),
             self.sampling_rate, **norm)
         self.mel_filters = bank(norm=None, mel_scale="htk")
         self.mel_filters_slaney = bank(norm="slaney", mel_scale="slaney")
@@ -481,7 +483,8 @@ class ClapFeatureExtractor(FeatureExtractor):
         if rng is not None:
             if not isinstance(rng, np.random.RandomState):
                 raise InputError("rng must be a np.random.RandomState (transformers draws CLAP's "
-                                 f"crops with the legacy RandomState API), got {type(rng).__name__}")
+                                 "crops with the legacy RandomState API), got "
+                                 f"{type(rng).__name__}")
             return rng
         return np.random.mtrand._rand if seed is None else np.random.RandomState(seed)
 

@@ -118,7 +118,7 @@ def window_function(window_length, name="hann", periodic=True, frame_length=None
     if frame_length is None:
         return window
     if window_length > frame_length:
-        raise ValueError(f"window_length {window_length} is longer than frame_length {frame_length}")
+        raise ValueError(f"window_length {window_length} exceeds frame_length {frame_length}")
     padded = np.zeros(frame_length)
     offset = (frame_length - window_length) // 2 if center else 0
     padded[offset:offset + window_length] = window

@@ -118,9 +118,10 @@ def configs():
         "padding": "repeatpad", "padding_value": 0.0, "return_attention_mask": False}}
     found["clap-defaults-rand_trunc"] = {"source": "clap-defaults with rand_trunc", "config": dict(
         found["clap-defaults"]["config"], truncation="rand_trunc")}
-    found["clap-16k-fusion"] = {"source": "clap-defaults at 16 kHz, 1 s, 50-8000 Hz", "config": dict(
-        found["clap-defaults"]["config"], sampling_rate=16000, hop_length=160, max_length_s=1,
-        fft_window_size=400, frequency_min=50, frequency_max=8000)}
+    at_16k = dict(found["clap-defaults"]["config"], sampling_rate=16000, hop_length=160,
+                  max_length_s=1, fft_window_size=400, frequency_min=50, frequency_max=8000)
+    found["clap-16k-fusion"] = {"source": "clap-defaults at 16 kHz, 1 s, 50-8000 Hz",
+                                "config": at_16k}
     found["wav2vec2-mask"] = {"source": "the wav2vec2 fixture's with return_attention_mask",
                               "config": dict(found["wav2vec2-fixture"]["config"],
                                              return_attention_mask=True)}
@@ -223,7 +224,8 @@ def record():
 
     names = {f["config"]["feature_extractor_type"] for f in found.values()}
     meta = {"transformers": transformers.__version__, "numpy": np.__version__,
-            "model_input_names": {n: getattr(transformers, n).model_input_names for n in names},
+            "model_input_names": {n: getattr(transformers, n).model_input_names
+                                  for n in sorted(names)},
             "configs": found, "clips": CLIPS, "cases": cases}
     (OUT / "cases.json").write_text(json.dumps(meta, indent=1) + "\n")
     total = sum(p.stat().st_size for p in OUT.iterdir())
