@@ -261,7 +261,11 @@ def write_record(name: str, task: str, cases: list[dict], **extra) -> Path:
 def check_sine(name: str, task: str, case: dict) -> None:
     """The first case must reproduce the committed record's outputs: texts and labels exactly, scores to
     SINE_ATOL (the committed record was made on another CPU; float32 matmul kernels differ by an ulp)."""
-    old = json.loads((FIXTURES / name / "references" / f"pipeline_{task}.json").read_text())
+    path = FIXTURES / name / "references" / f"pipeline_{task}.json"
+    if not path.exists():  # a fixture whose first record this is (families_audio_more.py)
+        print(f"  {name}: no earlier record to check the sine case against")
+        return
+    old = json.loads(path.read_text())
     # families_vision_audio.py writes the one-case format; a rerun of this script finds its own cases
     source = "this script's previous record" if "cases" in old else "families_vision_audio.py's record"
     old_outputs = old["cases"][0]["outputs"] if "cases" in old else old["outputs"]
