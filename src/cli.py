@@ -11,6 +11,9 @@ its whole content. Without TEXT or --input, lines are read from standard input.
 Image tasks take image paths instead (arguments, lines of a FILE, or every image under a DIR);
 images and large arrays in the results (masks, depth maps) are written as PNG / .npy files into
 a folder beside the output (``out.jsonl`` -> ``out_files/``), and the JSON line names them.
+
+Audio results (text-to-speech: ``{"audio", "sampling_rate"}``) are written as WAV files there;
+``--output hello.wav`` writes the audio of its one input to that file instead of JSON lines.
 """
 
 import argparse
@@ -48,6 +51,8 @@ def _run(args):
     options = {"batch_size": args.batch_size, **options}  # --options may set it too
     pipe = transmuter.pipeline(args.task, args.model, backend=args.backend, **options)
     images = "image_processor" in pipe.featurizers
+    if args.output and args.output.lower().endswith(".wav"):
+        return _write_wav(pipe, _inputs(args, images), args.output)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     files = _Files(pathlib.Path(args.output).with_suffix("") if args.output else
                    pathlib.Path("transmuter_output"))
@@ -62,6 +67,34 @@ def _run(args):
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+def _write_wav(pipe, records, path):
+    """--output NAME.wav: the audio of the one input, as a float32 WAV file."""
+    import itertools
+    inputs = [value for _, value in itertools.islice(records, 2)]
+    if len(inputs) != 1:
+        raise UsageError(f"--output {path} holds the audio of one input, got "
+                         f"{'none' if not inputs else 'several'}; for several write "
+                         "--output out.jsonl (their audio goes to WAV files beside it)")
+    result = pipe(inputs[0])
+    if not _is_audio(result):
+        raise UsageError(f"--output {path}: {pipe.task} gives no audio; write --output out.jsonl")
+    _save_wav(path, result)
+    return 0
+
+
+def _is_audio(value):
+    return isinstance(value, dict) and set(value) == {"audio", "sampling_rate"}
+
+
+def _save_wav(path, result):
+    import numpy as np
+    import soundfile
+    audio = np.asarray(result["audio"], np.float32)
+    # [samples] is mono; [channels, samples] (VITS' [1, samples]) is written frames-first
+    soundfile.write(path, audio.T if audio.ndim == 2 else audio, int(result["sampling_rate"]),
+                    subtype="FLOAT")
 
 
 def _parser():
@@ -163,6 +196,10 @@ class _Files:
 
     def save(self, value, name):
         self.folder.mkdir(parents=True, exist_ok=True)
+        if _is_audio(value):
+            path = self.folder / f"{name}.wav"
+            _save_wav(path, value)
+            return {"file": str(path), "sampling_rate": int(value["sampling_rate"])}
         if hasattr(value, "getbands"):  # a PIL image: a mask, a depth map
             path = self.folder / f"{name}.png"
             value.save(path)
@@ -174,7 +211,8 @@ class _Files:
 
 
 def _jsonable(value, files, name):
-    if hasattr(value, "getbands") or getattr(value, "ndim", 0) >= 2:  # images, maps: files
+    # audio, images, maps: files
+    if _is_audio(value) or hasattr(value, "getbands") or getattr(value, "ndim", 0) >= 2:
         return files.save(value, name)
     if hasattr(value, "tolist"):
         return value.tolist()
