@@ -1,7 +1,7 @@
 """Text-to-speech references in full: transformers' text-to-speech pipeline on the vits and
 speecht5 fixtures' PyTorch models, its waveforms stored whole (float32, .npz beside the json).
 
-    /root/.cache/transmuter-tests/venv-export/bin/python tests/support/record_tts.py [vits] [speecht5]
+    /root/.cache/transmuter-tests/venv-export/bin/python tests/support/record_tts.py [vits speecht5]
 
 Each model is rebuilt as families_vision_audio.py built it (the fixture's config.json, the same
 seeds and perturbation) and checked against onnxruntime on the committed ONNX files before
