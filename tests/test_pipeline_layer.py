@@ -10,13 +10,15 @@ import pytest
 import transmuter
 from transmuter.pipelines import PipelineError, buckets, registry
 
-from . import test_generation_pipeline, test_pipelines_text, test_pipelines_vision, test_text2text
+from . import (test_generation_pipeline, test_pipelines_audio, test_pipelines_text,
+               test_pipelines_vision, test_text2text)
 from .fixtures import ROOT, pipeline_references
 
 # task -> the test module whose tests parametrize over every reference of that task
 RUN_BY = {
     **{task: test_pipelines_text for task in test_pipelines_text.ENCODER_TASKS},
     **{task: test_pipelines_vision for task in test_pipelines_vision.VISION_TASKS},
+    **{task: test_pipelines_audio for task in test_pipelines_audio.AUDIO_TASKS},
     "text-generation": test_generation_pipeline,
     "text2text-generation": test_text2text,
     "translation": "tests/test_translation_nllb.py",  # NLLB: the one translation fixture

@@ -69,10 +69,11 @@ class Generator:
             return GrowingCache(self, prompts, extra)
         return FixedCache(self, prompts, budget)
 
-    def generate(self, prompts, config, decode=None, on_step=None, extra=None):
+    def generate(self, prompts, config, decode=None, on_step=None, extra=None, processors=()):
         """New token ids per row (eos included when generated). ``on_step(tokens, active)`` sees
         each step's tokens [B] and which rows were still running. ``extra``: per-row arrays of
-        the graph's ``extra_inputs``."""
+        the graph's ``extra_inputs``. ``processors`` run before those ``config`` asks for (a
+        model's own: Whisper's timestamp rules)."""
         prompts = [list(map(int, p)) for p in prompts]
         if config.num_beams > 1:
             raise InputError("num_beams > 1: use Generator.beam_search")
@@ -80,9 +81,9 @@ class Generator:
         if budget.max() <= 0:
             return [[] for _ in prompts]
         with self.model.backend.scope():
-            return self._run(prompts, n, budget, config, decode, on_step, extra)
+            return self._run(prompts, n, budget, config, decode, on_step, extra, processors)
 
-    def beam_search(self, prompts, config, extra=None):
+    def beam_search(self, prompts, config, extra=None, processors=()):
         """``(sequences, scores)`` per prompt: ``num_return_sequences`` lists of new token ids
         (padded as generate pads them) and their beam scores (beam.py)."""
         prompts = [list(map(int, p)) for p in prompts]
@@ -96,13 +97,13 @@ class Generator:
         with self.model.backend.scope():
             stepper = self.stepper(rows, int(budget.max()), extra)
             logits = stepper.start()
-            out = beam.run(stepper, state, build_processors(config), logits)
+            out = beam.run(stepper, state, [*processors, *build_processors(config)], logits)
         self.stats = Stats(beam.steps, stepper.prompt_padding()[::k], beam.lengths)
         return out
 
-    def _run(self, prompts, n, budget, config, decode, on_step, extra):
+    def _run(self, prompts, n, budget, config, decode, on_step, extra, first=()):
         rows = len(prompts)
-        processors = build_processors(config) + build_warpers(config)
+        processors = [*first, *build_processors(config), *build_warpers(config)]
         sampler = Sampler(config.do_sample, config.seed, rows)
         stop = StopStrings(config.stop_strings, decode) if config.stop_strings else None
         state = _state(prompts, n, budget)

@@ -105,11 +105,11 @@ class Seq2SeqGenerator:
             extra["encoder_attention_mask"] = mask
         return extra
 
-    def beam_search(self, prompts, config, encoded):
+    def beam_search(self, prompts, config, encoded, processors=()):
         """``(sequences, scores)`` per row, as Generator.beam_search."""
-        return self.decoder.beam_search(prompts, config, self._extra(encoded))
+        return self.decoder.beam_search(prompts, config, self._extra(encoded), processors)
 
-    def generate(self, prompts, config, encoded, decode=None, on_step=None):
+    def generate(self, prompts, config, encoded, decode=None, on_step=None, processors=()):
         """New token ids per row (after its prompt; eos included when generated)."""
         return self.decoder.generate(prompts, config, decode=decode, on_step=on_step,
-                                     extra=self._extra(encoded))
+                                     extra=self._extra(encoded), processors=processors)

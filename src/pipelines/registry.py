@@ -33,6 +33,10 @@ TASKS = {
     "image-feature-extraction": ("vision.embedding", "ImageFeatureExtractionPipeline"),
     "image-embedding": ("vision.embedding", "ImageEmbeddingPipeline"),
     "text-to-audio": ("audio.text_to_speech", "TextToAudioPipeline"),
+    "audio-classification": ("audio.classification", "AudioClassificationPipeline"),
+    "zero-shot-audio-classification": ("audio.zero_shot", "ZeroShotAudioClassificationPipeline"),
+    "automatic-speech-recognition": ("audio.speech_recognition",
+                                     "AutomaticSpeechRecognitionPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -44,8 +48,7 @@ ALIASES = {
     "text-to-speech": "text-to-audio",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
-PLANNED = {"automatic-speech-recognition", "audio-classification",
-           "zero-shot-audio-classification", "image-to-text",
+PLANNED = {"image-to-text",
            "background-removal",
            "mask-generation"}
 

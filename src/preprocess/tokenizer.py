@@ -71,6 +71,10 @@ class Tokenizer:
                 "tokenizer_config.json", {}).get("tokenizer_class") == "SiglipTokenizer":
             from .siglip_tokenizer import SiglipTokenizer
             return SiglipTokenizer.from_repo(repo)
+        if not repo.has("tokenizer.json") and repo.has("vocab.json") and repo.json(
+                "tokenizer_config.json", {}).get("tokenizer_class") == "Wav2Vec2CTCTokenizer":
+            from .ctc_tokenizer import CTCTokenizer
+            return CTCTokenizer.from_repo(repo)
         if not repo.has("tokenizer.json"):
             raise TokenizerError(f"{repo.label} has no tokenizer.json (only fast tokenizers are "
                                  "supported); pass tokenizer=... or use a repo that has one")

@@ -1,10 +1,8 @@
 """What audio tasks share: a feature extractor, audio inputs, batches of clips of one shape."""
 
 import itertools
-import os
 
-import numpy as np
-
+from ...preprocess.audio import is_audio
 from ..base import Pipeline, PipelineError
 from ..featurizers import AudioFeaturizer
 
@@ -19,6 +17,9 @@ class AudioPipeline(Pipeline):
     # A clip's features are small next to an image's (Whisper's 30 s: 0.96 MB), but long
     # recordings make many windows: read a few batches ahead, enough to group equal shapes.
     lookahead_batches = list_lookahead_batches = 4
+    # a (channels, samples) array is refused, as transformers' classification pipelines refuse
+    # it; speech recognition averages the channels, as transformers' ASR pipeline does
+    mix_channels = False
 
     def __init__(self, model, config=None, *, feature_extractor, **kwargs):
         self.feature_extractor = feature_extractor
@@ -40,7 +41,7 @@ class AudioPipeline(Pipeline):
         """float32 mono samples of one input at the feature extractor's rate."""
         from ...preprocess.audio import load_audio
 
-        return load_audio(inputs, self.sampling_rate)
+        return load_audio(inputs, self.sampling_rate, mix_channels=self.mix_channels)
 
     def preprocess(self, inputs):
         yield {"audio": self.feature_extractor(self.samples(inputs))}
@@ -56,12 +57,6 @@ class AudioPipeline(Pipeline):
 
     def _forward_group(self, chunks):
         return super()._forward(chunks)
-
-
-def is_audio(x):
-    """Whether ``x`` is one audio input (not a list or stream of them)."""
-    # any array is one clip, as in transformers (a 2-D one is refused there, with its shape)
-    return isinstance(x, (dict, np.ndarray, str, bytes, bytearray, memoryview, os.PathLike))
 
 
 def check_labels(candidate_labels, task):
