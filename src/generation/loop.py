@@ -72,8 +72,8 @@ class Generator:
     def generate(self, prompts, config, decode=None, on_step=None, extra=None, processors=()):
         """New token ids per row (eos included when generated). ``on_step(tokens, active)`` sees
         each step's tokens [B] and which rows were still running. ``extra``: per-row arrays of
-        the graph's ``extra_inputs``. ``processors`` run before those ``config`` asks for (a
-        model's own: Whisper's timestamp rules)."""
+        the graph's ``extra_inputs``. ``processors`` run after those ``config`` asks for (a
+        model's own, as transformers appends custom processors: Whisper's timestamp rules)."""
         prompts = [list(map(int, p)) for p in prompts]
         if config.num_beams > 1:
             raise InputError("num_beams > 1: use Generator.beam_search")
@@ -97,13 +97,13 @@ class Generator:
         with self.model.backend.scope():
             stepper = self.stepper(rows, int(budget.max()), extra)
             logits = stepper.start()
-            out = beam.run(stepper, state, [*processors, *build_processors(config)], logits)
+            out = beam.run(stepper, state, [*build_processors(config), *processors], logits)
         self.stats = Stats(beam.steps, stepper.prompt_padding()[::k], beam.lengths)
         return out
 
-    def _run(self, prompts, n, budget, config, decode, on_step, extra, first=()):
+    def _run(self, prompts, n, budget, config, decode, on_step, extra, custom=()):
         rows = len(prompts)
-        processors = [*first, *build_processors(config), *build_warpers(config)]
+        processors = [*build_processors(config), *custom, *build_warpers(config)]
         sampler = Sampler(config.do_sample, config.seed, rows)
         stop = StopStrings(config.stop_strings, decode) if config.stop_strings else None
         state = _state(prompts, n, budget)

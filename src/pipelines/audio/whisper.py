@@ -5,13 +5,15 @@
 - the prompt (``_retrieve_init_tokens``): ``<|startoftranscript|>``, the language (given, or
   detected: the decoder's first step over the language tokens alone), the task (``transcribe``
   / ``translate``), and ``<|notimestamps|>`` unless timestamps are asked for;
-- the processors: the timestamp rules when ``return_timestamps``, then the generation config's
-  suppressed and begin-suppressed tokens and the rest of ``generate``'s options (beam search by
-  default: the pipeline's ``num_beams=5``, as transformers).
+- the processors: ``generate``'s usual ones, then Whisper's own in its order: the
+  begin-suppressed and suppressed tokens, and the timestamp rules when ``return_timestamps``
+  (beam search by default: the pipeline's ``num_beams=5``, as transformers).
 
 The tokens of every window go to the tokenizer's ``_decode_asr`` (whisper_text.py), which merges
 chunked windows and turns timestamp tokens into seconds.
 """
+
+import dataclasses
 
 import numpy as np
 
@@ -114,25 +116,40 @@ class Head:
 
     def forward(self, chunks, config, language, task, timestamps):
         pipe, gen = self.pipe, self.generator
-        feed = pipe._feed(chunks)
-        encoded = gen.encode(feed)
+        items = [c["audio"] for c in chunks]
+        encoded = gen.encode(pipe.featurizer.batch(items, pipe._rows(len(items)),
+                                                   gen.encoder_inputs, pipe.task))
         encoded = encoded._replace(states=encoded.states[:len(chunks)],
                                    padding=encoded.padding[:len(chunks)])
         prompts = self._prompts(encoded, config, language, task, timestamps)
-        processors = self._processors(config, len(prompts[0])) if timestamps else ()
+        processors = self._processors(config, timestamps)
+        config = dataclasses.replace(config, suppress_tokens=None, begin_suppress_tokens=None)
         if config.num_beams > 1:
             new = [seqs[0] for seqs in gen.beam_search(prompts, config, encoded, processors)[0]]
         else:
             new = gen.generate(prompts, config, encoded, processors=processors)
-        eos = set(config.eos_token_id)
+        ends = set(config.eos_token_id) | {config.pad_token_id}
         out = []
         for chunk, ids in zip(chunks, new):
-            # as generate returns a short-form window: its new tokens, the padding and eos cut
             ids = [int(i) for i in ids]
-            while ids and ids[-1] in eos | {config.pad_token_id}:
+            while ids and ids[-1] in ends:  # generate cuts the padding and eos
                 ids.pop()
-            out.append({"tokens": np.array([ids], np.int64), "stride": chunk["stride"]})
+            out.append({"tokens": np.array([self._segments(ids)], np.int64),
+                        "stride": chunk["stride"]})
         return out
+
+    def _segments(self, ids):
+        """The tokens generate keeps of a window (``_retrieve_segment``): with timestamp pairs,
+        up to the last pair (or the whole when it ends on a single timestamp); the rest is an
+        unfinished segment, dropped."""
+        if self.no_timestamps is None:
+            return ids
+        stamp = [i > self.no_timestamps for i in ids]  # timestamp_begin = no_timestamps + 1
+        pairs = [i + 1 for i in range(len(ids) - 1) if stamp[i] and stamp[i + 1]]
+        if not pairs:
+            return ids
+        single_ending = stamp[-2:] == [False, True]
+        return ids if single_ending else ids[:pairs[-1] + 1]
 
     def _prompts(self, encoded, config, language, task, timestamps):
         """Each row's prompt, as transformers' _retrieve_init_tokens."""
@@ -177,10 +194,14 @@ class Head:
         return [int(t[0]) for t in self.generator.generate([[start]] * rows, one, encoded,
                                                            processors=[_Only(languages)])]
 
-    def _processors(self, config, begin):
-        from ...generation.whisper_processors import WhisperTimestamps
+    def _processors(self, config, timestamps):
+        """Whisper's own processors (whisper_processors.py), from the call's settings."""
+        from ...generation.whisper_processors import whisper_processors
 
-        return [WhisperTimestamps(self.file, config, begin_index=begin)]
+        settings = dict(self.file, suppress_tokens=config.suppress_tokens,
+                        begin_suppress_tokens=config.begin_suppress_tokens,
+                        eos_token_id=config.eos_token_id)
+        return whisper_processors(settings, return_timestamps=timestamps)
 
     # --- text ----------------------------------------------------------------------------------
 
