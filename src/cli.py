@@ -23,6 +23,7 @@ import sys
 
 TEXT_SUFFIXES = (".txt", ".md", ".text")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus", ".webm", ".aiff", ".aif")
 
 
 class UsageError(Exception):
@@ -50,14 +51,16 @@ def _run(args):
         options["variant"] = args.variant
     options = {"batch_size": args.batch_size, **options}  # --options may set it too
     pipe = transmuter.pipeline(args.task, args.model, backend=args.backend, **options)
-    images = "image_processor" in pipe.featurizers
+    # a folder holds the task's media files, given to the pipeline by path
+    media = IMAGE_SUFFIXES if "image_processor" in pipe.featurizers else \
+        AUDIO_SUFFIXES if "feature_extractor" in pipe.featurizers else None
     if args.output and args.output.lower().endswith(".wav"):
-        return _write_wav(pipe, _inputs(args, images), args.output)
+        return _write_wav(pipe, _inputs(args, media), args.output)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     files = _Files(pathlib.Path(args.output).with_suffix("") if args.output else
                    pathlib.Path("transmuter_output"))
     try:
-        meta, texts = _split(_inputs(args, images))
+        meta, texts = _split(_inputs(args, media))
         # results first: computing one reads its input, which queues that input's metadata
         for n, (result, info) in enumerate(zip(pipe(texts, progress=not args.quiet), meta)):
             value = _jsonable(result, files, f"{n:06d}")
@@ -134,17 +137,17 @@ def _read_text(path):
         raise UsageError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
-def _inputs(args, images=False):
-    """(metadata, input) pairs, lazily: files are read one at a time (image files by the
-    pipeline, which is given their paths)."""
+def _inputs(args, media=None):
+    """(metadata, input) pairs, lazily: files are read one at a time (image and audio files,
+    those with a ``media`` suffix, by the pipeline, which is given their paths)."""
     for text in args.text:
         yield {"input": text}, text
     if args.input:
         path = pathlib.Path(args.input)
         if path.is_dir():
-            suffixes = IMAGE_SUFFIXES if images else TEXT_SUFFIXES
+            suffixes = media or TEXT_SUFFIXES
             for f in sorted(p for p in path.rglob("*") if p.suffix.lower() in suffixes):
-                yield {"file": str(f)}, str(f) if images else _read_text(f)
+                yield {"file": str(f)}, str(f) if media else _read_text(f)
         elif path.is_file():
             with path.open(encoding="utf-8") as stream:
                 yield from _lines(stream, path.suffix == ".jsonl", str(path))

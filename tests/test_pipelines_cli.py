@@ -90,3 +90,24 @@ def test_input_files_that_are_not_utf8(tmp_path, capsys):
     assert "latin1.txt is not UTF-8 text" in capsys.readouterr().err
     assert cli.main(["run", "text-classification", MODEL, "--input", str(jsonl), "-q"]) == 2
     assert "lines.jsonl line 2 is not JSON" in capsys.readouterr().err
+
+
+def test_run_folder_of_recordings(tmp_path):
+    """A folder of recordings: each audio file transcribed once, in name order, equal to the
+    transformers reference of the same clip (wav2vec2 fixture, 'plain' case)."""
+    import shutil
+
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    shutil.copy(ROOT / "speech" / "cat_16k.wav", clips / "a.wav")
+    shutil.copy(ROOT / "speech" / "fox_16k.wav", clips / "b.WAV")
+    (clips / "notes.txt").write_text("not audio")
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["run", "automatic-speech-recognition", str(ROOT / "wav2vec2"),
+                     "--input", str(clips), "--output", str(out), "--quiet"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    recorded = json.loads((ROOT / "wav2vec2" / "references" /
+                           "pipeline_automatic-speech-recognition.json").read_text())
+    plain = next(c for c in recorded["cases"] if c["name"] == "plain")
+    assert [r["file"].rsplit("/", 1)[-1] for r in rows] == ["a.wav", "b.WAV"]
+    assert [r["output"] for r in rows] == plain["outputs"]
