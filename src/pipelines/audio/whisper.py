@@ -1,6 +1,8 @@
 """Whisper speech recognition: the encoder once per 30 s window (the feature extractor's
 ``chunk_length``), then the merged decoder from Whisper's prompt, as transformers'
-``WhisperGenerationMixin.generate`` runs a short-form window:
+``WhisperGenerationMixin.generate`` runs each window (a recording past one window, with
+``return_timestamps``, is decoded window after window, each starting at the last timestamp of the
+one before: transformers' sequential long-form decoding):
 
 - the prompt (``_retrieve_init_tokens``): ``<|startoftranscript|>``, the language (given, or
   detected: the decoder's first step over the language tokens alone), the task (``transcribe``
@@ -103,53 +105,105 @@ class Head:
         return self.pipe.feature_extractor(samples)
 
     def whole(self, samples):
+        """One chunk for the recording: a window's features, or past one window the whole
+        recording's (``truncation=False``, as transformers' pipeline makes them for Whisper's
+        sequential long-form decoding)."""
         fe = self.pipe.feature_extractor
         if len(samples) > fe.n_samples:
-            raise PipelineError(
-                f"The recording is {len(samples) / fe.sampling_rate:.1f} s long, past Whisper's "
-                f"{fe.n_samples / fe.sampling_rate:g} s window: pass chunk_length_s="
-                f"{fe.n_samples // fe.sampling_rate} (Transmuter does not run Whisper's "
-                "sequential long-form decoding yet)")
-        yield {"audio": self.features(samples), "stride": None, "is_last": True}
+            features = fe(samples, truncation=False, padding="longest")
+        else:
+            features = self.features(samples)
+        yield {"audio": features, "stride": None, "is_last": True}
 
     # --- generation ----------------------------------------------------------------------------
 
     def forward(self, chunks, config, language, task, timestamps):
-        pipe, gen = self.pipe, self.generator
-        items = [c["audio"] for c in chunks]
-        encoded = gen.encode(pipe.featurizer.batch(items, pipe._rows(len(items)),
-                                                   gen.encoder_inputs, pipe.task))
-        encoded = encoded._replace(states=encoded.states[:len(chunks)],
-                                   padding=encoded.padding[:len(chunks)])
-        prompts = self._prompts(encoded, config, language, task, timestamps)
+        """transformers' seek loop (``WhisperGenerationMixin.generate``): each row's features
+        are cut into windows of ``num_segment_frames``, zero-padded; a window's tokens up to its
+        last timestamp pair are kept, and the next window starts at that timestamp (or after the
+        window). A short clip is one window; without timestamps, every window is."""
+        features = [c["audio"]["input_features"] for c in chunks]
+        frames = [f.shape[-1] for f in features]
+        window = self.num_segment_frames
+        if max(frames) > window and not timestamps:
+            raise PipelineError(
+                f"The recording is past Whisper's {window} frames (its long-form transcription "
+                "predicts timestamp tokens): pass return_timestamps=True, or chunk_length_s to "
+                "cut it into windows")
+        seek, tokens = [0] * len(chunks), [[] for _ in chunks]
+        prompts = None
         processors = self._processors(config, timestamps)
         config = dataclasses.replace(config, suppress_tokens=None, begin_suppress_tokens=None)
+        while any(s < n for s, n in zip(seek, frames)):
+            rows = [b for b in range(len(chunks)) if seek[b] < frames[b]]
+            spans = [min(frames[b] - seek[b], window) for b in rows]
+            encoded = self._encode([_window(features[b], seek[b], n, window)
+                                    for b, n in zip(rows, spans)])
+            if prompts is None:  # the language is detected once, on the first window
+                prompts = self._prompts(encoded, config, language, task, timestamps)
+            self._check_length(prompts[0], config)
+            for b, n, ids in zip(rows, spans, self._generate(
+                    [prompts[b] for b in rows], config, encoded, processors)):
+                kept, advance = self._segment(ids, n)
+                tokens[b] += kept
+                seek[b] += advance
+        return [{"tokens": np.array([t], np.int64), "stride": c["stride"]}
+                for c, t in zip(chunks, tokens)]
+
+    @property
+    def num_segment_frames(self):
+        """Frames of one window: the encoder's positions times its conv stride (2)."""
+        return 2 * int(self.config["max_source_positions"])
+
+    def _encode(self, windows):
+        pipe, gen = self.pipe, self.generator
+        items = [{"input_features": w} for w in windows]
+        encoded = gen.encode(pipe.featurizer.batch(items, pipe._rows(len(items)),
+                                                   gen.encoder_inputs, pipe.task))
+        return encoded._replace(states=encoded.states[:len(items)],
+                                padding=encoded.padding[:len(items)])
+
+    def _generate(self, prompts, config, encoded, processors):
+        """Each row's new tokens, the padding and eos cut (as generate_with_fallback cuts
+        them)."""
+        gen = self.generator
         if config.num_beams > 1:
             new = [seqs[0] for seqs in gen.beam_search(prompts, config, encoded, processors)[0]]
         else:
             new = gen.generate(prompts, config, encoded, processors=processors)
         ends = set(config.eos_token_id) | {config.pad_token_id}
         out = []
-        for chunk, ids in zip(chunks, new):
+        for ids in new:
             ids = [int(i) for i in ids]
-            while ids and ids[-1] in ends:  # generate cuts the padding and eos
+            while ids and ids[-1] in ends:
                 ids.pop()
-            out.append({"tokens": np.array([self._segments(ids)], np.int64),
-                        "stride": chunk["stride"]})
+            out.append(ids)
         return out
 
-    def _segments(self, ids):
-        """The tokens generate keeps of a window (``_retrieve_segment``): with timestamp pairs,
-        up to the last pair (or the whole when it ends on a single timestamp); the rest is an
-        unfinished segment, dropped."""
+    def _check_length(self, prompt, config):
+        limit = self.config.get("max_target_positions")
+        new = config.max_new_tokens or 0
+        if limit and new + len(prompt) > limit:
+            raise PipelineError(f"The prompt's {len(prompt)} tokens and max_new_tokens={new} "
+                                f"exceed Whisper's {limit} decoder positions: reduce "
+                                "max_new_tokens")
+
+    def _segment(self, ids, frames):
+        """(tokens kept, frames to advance) of a window of ``frames`` frames, as
+        ``_retrieve_segment``: with timestamp pairs, the tokens up to the last pair (all of them
+        when the window ends on a single timestamp); the next window starts at the last pair's
+        first timestamp, or after this one."""
         if self.no_timestamps is None:
-            return ids
-        stamp = [i > self.no_timestamps for i in ids]  # timestamp_begin = no_timestamps + 1
+            return ids, frames
+        begin = self.no_timestamps + 1  # timestamp_begin
+        stamp = [i >= begin for i in ids]
         pairs = [i + 1 for i in range(len(ids) - 1) if stamp[i] and stamp[i + 1]]
         if not pairs:
-            return ids
-        single_ending = stamp[-2:] == [False, True]
-        return ids if single_ending else ids[:pairs[-1] + 1]
+            return ids, frames
+        if stamp[-2:] == [False, True]:  # a single timestamp ending
+            return ids, frames
+        end = pairs[-1] + 1
+        return ids[:end], (ids[end - 2] - begin) * 2  # timestamp positions count 2 frames
 
     def _prompts(self, encoded, config, language, task, timestamps):
         """Each row's prompt, as transformers' _retrieve_init_tokens."""
@@ -232,3 +286,11 @@ class _Only:
         keep = np.zeros((1, scores.shape[-1]), bool)
         keep[0, self.tokens[self.tokens < scores.shape[-1]]] = True
         return xp.where(xp.asarray(keep), scores, xp.asarray(-np.inf, dtype=scores.dtype))
+
+
+def _window(features, seek, frames, window):
+    """features[:, seek:seek + frames], zero-padded to ``window`` frames (_get_input_segment)."""
+    part = features[:, seek:seek + frames]
+    if part.shape[-1] < window:
+        part = np.pad(part, ((0, 0), (0, window - part.shape[-1])))
+    return part
