@@ -72,7 +72,9 @@ class CompiledFunction:
         self._cache.clear()
         self._hits = self._misses = 0
 
-    def __call__(self, inputs=None, params=None, **kwargs):
+    def __call__(self, inputs=None, params=None, *, rng_seed=None, **kwargs):
+        """The graph's outputs for ``inputs``. A graph with random ops draws from a new key each
+        call; ``rng_seed`` (an int) fixes the key, so a seeded call repeats its draws."""
         inputs = dict(inputs or {}, **kwargs)
         given_static = set(inputs) & set(self.static_inputs)
         if given_static:
@@ -98,7 +100,8 @@ class CompiledFunction:
                         for k, v in inputs.items()})
             data = {k for k in inputs if self._lacked(env[k])}
             if self._random:
-                env[RNG] = model.backend.random_key(next(_CALLS))
+                seed = next(_CALLS) if rng_seed is None else _seed(rng_seed)
+                env[RNG] = model.backend.random_key(seed)
                 self._runner.rng = env[RNG]
             start = 0
             while start < len(nodes):
@@ -272,3 +275,9 @@ def compile(model, example_inputs, *, static_inputs=None, cache_size=8):
     fn = CompiledFunction(model, static_inputs=static_inputs, cache_size=cache_size)
     fn(example_inputs)
     return fn
+
+
+def _seed(value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"rng_seed must be an int, got {value!r}")
+    return int(value)

@@ -166,6 +166,13 @@ def test_compiled_draws_differ_between_calls_unless_seeded(backend):
     assert fn.cache_info().misses == 1
     assert not np.array_equal(np.asarray(a["free"]), np.asarray(b["free"]))
     np.testing.assert_array_equal(np.asarray(a["fixed"]), np.asarray(b["fixed"]))
+    # rng_seed fixes the call's key: the unseeded op repeats its draws, another seed differs
+    c, d, e = fn(feed, rng_seed=7), fn(feed, rng_seed=7), fn(feed, rng_seed=8)
+    np.testing.assert_array_equal(np.asarray(c["free"]), np.asarray(d["free"]))
+    assert not np.array_equal(np.asarray(c["free"]), np.asarray(e["free"]))
+    assert fn.cache_info().misses == 1  # the key is an argument: no new compile
+    with pytest.raises(transmuter.errors.InputError, match="rng_seed must be an int"):
+        fn(feed, rng_seed="7")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

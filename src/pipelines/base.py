@@ -163,7 +163,7 @@ class Pipeline:
         feed = self.featurizer.batch(items, self._rows(len(items)), self._inputs, self.task)
         return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
 
-    def _run_model(self, feed, model=None):
+    def _run_model(self, feed, model=None, rng_seed=None):
         """The graph's outputs (NumPy) for ``feed``; the first call compiles (transmuter.compile),
         later ones reuse the compiled function, which compiles each new padded shape once. The
         function lives on the model (``model.shared``), so pipelines over one model share it and
@@ -173,7 +173,7 @@ class Pipeline:
         fn = model.shared.get("compiled")
         if fn is None:
             fn = model.shared["compiled"] = compile_model(model, feed, cache_size=self.cache_size)
-        return {k: np.asarray(v) for k, v in fn(feed).items()}
+        return {k: np.asarray(v) for k, v in fn(feed, rng_seed=rng_seed).items()}
 
     def output(self, outputs, *names):
         """The first graph output present among ``names``, else the graph's first output."""

@@ -68,15 +68,16 @@ class TextToAudioPipeline(Pipeline):
         if self.family == "vits":
             if generate_kwargs:  # as transformers, for a model that does not generate
                 raise PipelineError("VITS runs in one pass: it takes no generate_kwargs")
-            unknown = sorted({**(forward_params or {}), **options})
-            if "seed" in unknown:
-                raise PipelineError("seed: a VITS graph draws its noise (RandomNormalLike) with "
-                                    "a fresh key on every call; a seeded call is not supported "
-                                    "yet (with noise_scale 0 the audio does not depend on it)")
-            if unknown:
-                raise PipelineError(f"text-to-audio with VITS takes no option(s) {unknown} (its "
-                                    "noise scales and speaking rate are fixed in the graph)")
-            return {}, {}, {}
+            given = {**(forward_params or {}), **options}
+            seed = given.pop("seed", None)
+            if given:
+                raise PipelineError(f"text-to-audio with VITS takes no option(s) {sorted(given)} "
+                                    "(its noise scales and speaking rate are fixed in the graph)")
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+                raise PipelineError(f"seed must be an int, got {seed!r}")
+            # the graph's noise (RandomNormalLike) draws from a key made from the seed: a seed
+            # repeats the audio, on each backend (torch's generator is not reproduced)
+            return {}, {"seed": seed} if seed is not None else {}, {}
         # transformers: generate_kwargs win over forward_params
         merged = {**(forward_params or {}), **(generate_kwargs or {}), **options}
         return {}, speecht5.options(merged, self.speech.speaker_size), {}
@@ -117,10 +118,10 @@ class VitsSpeech:
         self.lengths = buckets.lengths(given, max(buckets.DEFAULT_SEQUENCE_LENGTHS))
         self.run = run
 
-    def speak_ids(self, ids):
+    def speak_ids(self, ids, seed=None):
         length = buckets.length(len(ids), self.lengths)
         feed = self.tokenizer.pad([_Encoding(ids)], length, self.names, rows=1)
-        return self.run(feed)["waveform"].astype("float32", copy=False)
+        return self.run(feed, rng_seed=seed)["waveform"].astype("float32", copy=False)
 
 
 def _config_rate(config):
