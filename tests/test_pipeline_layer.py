@@ -88,3 +88,12 @@ def test_bad_sizes_are_clear_errors(option):
     with pytest.raises(PipelineError, match=f"{name} must be a positive int"):
         transmuter.pipeline("text-classification", ROOT / "bert-sequence-classification",
                             **option)
+
+
+def test_speech_recognition_models_die_with_the_pipeline():
+    import numpy as np
+
+    clip = {"raw": np.zeros(8000, np.float32), "sampling_rate": 16000}
+    assert all(_freed("automatic-speech-recognition", "whisper", clip, variant="fp32",
+                      generate_kwargs={"max_new_tokens": 2, "num_beams": 1}))
+    assert all(_freed("automatic-speech-recognition", "wav2vec2", clip))
