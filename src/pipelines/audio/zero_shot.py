@@ -1,31 +1,61 @@
-"""zero-shot-audio-classification: transformers' ZeroShotAudioClassificationPipeline over CLAP's
-joint export (text and audio in, ``logits_per_audio`` out).
+"""zero-shot-audio-classification: transformers' ZeroShotAudioClassificationPipeline over CLAP
+exports: a joint ``model.onnx`` (text and audio in, ``logits_per_audio`` out), or the split
+``audio_model.onnx`` + ``text_model.onnx`` of transformers.js' repos (ClapAudioModelWithProjection
+and ClapTextModelWithProjection: ``audio_embeds`` / ``text_embeds``, projected, not normalized).
 
     pipe("dog.wav", candidate_labels=["dog", "vacuum cleaner"])
         -> [{"score": 0.98, "label": "dog"}, {"score": 0.02, "label": "vacuum cleaner"}]
 
 The label texts are padded to the longest, as transformers pads them; each call's labels are
-tokenized once and share every batch of clips.
+tokenized once and share every batch of clips. Split files hold no logit scale: a repo with only
+those needs ``logit_scale=`` (exp of the trained model's ``logit_scale_a``); the scores are then
+ClapModel's ``logit_scale * unit(audio_embeds) @ unit(text_embeds).T``, with each label set's text
+embeddings computed once and kept.
 """
+
+import numbers
+
+import numpy as np
 
 from ..base import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import softmax
 from .base import AudioPipeline, check_labels
 
+LABEL_SETS_KEPT = 8  # label-set embeddings a split pipeline keeps (one call's set is reused)
+
 
 class ZeroShotAudioClassificationPipeline(AudioPipeline):
     task = "zero-shot-audio-classification"
     featurizers = ("feature_extractor", "tokenizer")
+    encoder_component = "text_model"  # the split layout's second graph; it takes variant= too
 
-    def __init__(self, model, config=None, *, tokenizer, **kwargs):
+    def __init__(self, model, config=None, *, tokenizer, repo=None, text_model=None,
+                 encoder_variant=None, logit_scale=None, **kwargs):
         self.tokenizer = tokenizer
         names = {v.name for v in model.outputs}
-        if "logits_per_audio" not in names:
-            raise PipelineError(f"{self.task} runs CLAP's joint export (model.onnx with "
-                                f"logits_per_audio); this graph gives {sorted(names)}")
+        self.joint = "logits_per_audio" in names
+        if not self.joint:
+            if "audio_embeds" not in names:
+                raise PipelineError(f"{self.task} runs CLAP exports (a joint model.onnx with "
+                                    "logits_per_audio, or an audio_model.onnx with audio_embeds); "
+                                    f"this graph gives {sorted(names)}")
+            self.text_model = text_model or _load_text_model(repo, model, encoder_variant)
+            self.scale = _logit_scale(logit_scale)
+            self._label_sets = {}
+        elif text_model is not None or logit_scale is not None:
+            raise PipelineError("text_model= and logit_scale= are for the split audio_model / "
+                                "text_model files; the joint model.onnx holds both")
         self._label_feeds = {}
-        super().__init__(model, config, **kwargs)
+        super().__init__(model, config, repo=repo, **kwargs)
+
+    @staticmethod
+    def onnx_component(repo):
+        """The joint model.onnx when the repo has one, else the split audio_model.onnx."""
+        names = [f.rsplit("/", 1)[-1] for f in repo.onnx_files()]
+        joint = any(n.startswith("model") for n in names)
+        return "model" if joint or not any(n.startswith("audio_model") for n in names) \
+            else "audio_model"
 
     def _sanitize_parameters(self, candidate_labels=None,
                              hypothesis_template="This is a sound of {}.", **unknown):
@@ -41,8 +71,13 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
     def _forward_group(self, chunks, labels=None, template=None):
         if labels is None:
             raise PipelineError(f"{self.task} needs candidate_labels=[...]")
-        feed = {**self._feed(chunks), **self._text_feed([template.format(x) for x in labels])}
-        logits = self.output(self._run_model(feed), "logits_per_audio")
+        texts = [template.format(x) for x in labels]
+        if self.joint:
+            feed = {**self._feed(chunks), **self._text_feed(texts, self._inputs)}
+            logits = self.output(self._run_model(feed), "logits_per_audio")
+        else:
+            audio = _unit(self.output(self._run_model(self._feed(chunks)), "audio_embeds"))
+            logits = self.scale * audio @ self._label_embeddings(texts).T
         return [dict(c, labels=labels, logits=logits[i]) for i, c in enumerate(chunks)]
 
     def _feed(self, chunks):
@@ -51,10 +86,24 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
         feed = self.featurizer.batch(items, self._rows(len(items)), audio_inputs, self.task)
         return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
 
-    def _text_feed(self, texts):
+    def _label_embeddings(self, texts):
+        """Unit text embeddings of ``texts`` (split layout), computed once per label set."""
+        key = tuple(texts)
+        if key not in self._label_sets:
+            if len(self._label_sets) >= LABEL_SETS_KEPT:
+                self._label_sets.pop(next(iter(self._label_sets)))
+            inputs = {v.name: v for v in self.text_model.inputs}
+            out = self._run_model(self._text_feed(texts, inputs), self.text_model)
+            self._label_sets[key] = _unit(out.get("text_embeds", out[
+                self.text_model.outputs[0].name]))
+        return self._label_sets[key]
+
+    def _text_feed(self, texts, inputs):
+        """The label texts tokenized as transformers does (padded to the longest), once per
+        label set: a call's labels share its batches."""
         key = tuple(texts)
         if key not in self._label_feeds:
-            self._label_feeds = {}  # one label set at a time: a call's labels share its batches
+            self._label_feeds = {}  # one label set at a time
             encodings = [self.tokenizer.encode(t, truncation=False) for t in texts]
             limit = self.tokenizer.model_max_length
             for text, e in zip(texts, encodings):
@@ -62,9 +111,9 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
                     raise PipelineError(f"The label text {text!r} is {len(e.ids)} tokens; the "
                                         f"model's text encoder takes at most {limit}: use a "
                                         "shorter label or hypothesis_template")
-            names = [n for n in TEXT_INPUTS if n in self._inputs]
+            names = [n for n in TEXT_INPUTS if n in inputs]
             feed = self.tokenizer.pad(encodings, max(len(e.ids) for e in encodings), names)
-            self._label_feeds[key] = {k: v.astype(self._inputs[k].dtype, copy=False)
+            self._label_feeds[key] = {k: v.astype(inputs[k].dtype, copy=False)
                                       for k, v in feed.items()}
         return self._label_feeds[key]
 
@@ -72,3 +121,32 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
         out = outputs[0]
         pairs = sorted(zip(softmax(out["logits"]).tolist(), out["labels"]), key=lambda x: -x[0])
         return [{"score": score, "label": label} for score, label in pairs]
+
+
+def _logit_scale(logit_scale):
+    if logit_scale is None:
+        raise PipelineError("Split text_model / audio_model files hold no logit scale: give "
+                            "logit_scale= (the trained model's multiplier, exp of its stored "
+                            "logit_scale_a), or use a repo with the joint model.onnx")
+    if isinstance(logit_scale, bool) or not isinstance(logit_scale, numbers.Real) or \
+            not np.isfinite(logit_scale) or logit_scale <= 0:
+        raise PipelineError(f"logit_scale must be a positive number (exp of the stored log "
+                            f"scale), got {logit_scale!r:.80}")
+    return float(logit_scale)
+
+
+def _unit(x):
+    """ClapModel's ``x / x.norm(p=2, dim=-1, keepdim=True)``."""
+    x = np.asarray(x, np.float32)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _load_text_model(repo, audio_model, variant):
+    from ...model import load
+
+    if repo is None:
+        raise PipelineError("A split audio_model loaded by hand needs text_model= (the text "
+                            "half's transmuter.Model) or config= its repo folder")
+    file = repo.choose("text_model", variant).path
+    return load(repo.fetch_onnx(file), backend=audio_model.backend.name,
+                compute_type=audio_model.compute_type)
