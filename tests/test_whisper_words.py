@@ -95,3 +95,89 @@ def test_bad_inputs_are_input_errors(call, message):
     attention = [np.full((2, 2, 5, 8), 1 / 8, np.float32)] * 2
     with pytest.raises(InputError, match=message):
         call(attention)
+
+
+# --- the whisper-timestamped fixture: the export's cross-attentions, the pipeline's recipe -------
+
+TIMESTAMPED = ROOT / "fixtures" / "whisper-timestamped"
+ALIGNMENT = TIMESTAMPED / "references" / "token_timestamps.npz"
+RECORD = TIMESTAMPED / "references" / "pipeline_automatic-speech-recognition.json"
+HEADS = [[1, 0], [1, 1]]  # the fixture's generation_config.json alignment_heads (checked below)
+SR = 16000
+
+
+def alignment_keys():
+    names = np.load(ALIGNMENT).files
+    return sorted({n.rsplit("/", 1)[0] for n in names})
+
+
+def onnx_timestamps(ref, key):
+    """token_timestamps over onnxruntime's cross-attentions of one generate call, as the
+    pipeline calls it: num_frames from the attention mask, the prompt's length, 0.02 s."""
+    layers = [ref[f"{key}/layer{i}"] for i in range(2)]
+    frames = ref[f"{key}/num_frames"] if f"{key}/num_frames" in ref else None
+    return W.token_timestamps(layers, HEADS, num_frames=frames,
+                              num_input_ids=int(ref[f"{key}/num_input_ids"]), time_precision=0.02)
+
+
+def test_fixture_alignment_heads():
+    config = json.loads((TIMESTAMPED / "generation_config.json").read_text())
+    assert config["alignment_heads"] == HEADS
+
+
+@pytest.mark.parametrize("key", alignment_keys())
+def test_onnx_cross_attentions_give_transformers_timestamps(key):
+    """The export's cross-attentions over the tokens transformers generated (greedy, batched,
+    chunked, beams), stacked step by step, give generate's own token timestamps."""
+    ref = np.load(ALIGNMENT)
+    got = onnx_timestamps(ref, key)
+    want = ref[f"{key}/timestamps"]
+    assert got.shape == want.shape == ref[f"{key}/sequences"].shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+def word_cases():
+    cases = json.loads(RECORD.read_text())["cases"]
+    return [c for c in cases if c["call_kwargs"].get("return_timestamps") == "word"]
+
+
+@pytest.mark.parametrize("case", word_cases(), ids=lambda c: c["name"])
+def test_the_recipe_gives_the_pipelines_words(case):
+    """token timestamps from the export -> the generated tokens' part (what the pipeline hands
+    _decode_asr, eos padding aside) -> _decode_asr, the chunks' strides in seconds: transformers'
+    pipeline output, texts and times."""
+    from transmuter.pipelines.audio.whisper_text import decode_asr
+    from transmuter.preprocess.tokenizer import Tokenizer
+
+    tok, ref = Tokenizer.from_repo(TIMESTAMPED), np.load(ALIGNMENT)
+    language = case["call_kwargs"].get("return_language")
+    strides = iter(case.get("chunk_strides") or [])
+    clip_lengths = [s[0] for s in case.get("chunk_strides") or []] or \
+        [a["stop"] - a["start"] for a in case["audio"]]
+    calls = iter(range(len(case["alignment"])))
+    results = []
+    for call_ids, call_record in zip(case["token_ids"], case["generate_calls"]):
+        model_outputs = []
+        for rows, generated in zip(call_ids, call_record):
+            key = f"{case['name']}/{next(calls)}"
+            stamps = onnx_timestamps(ref, key)
+            prompt = int(ref[f"{key}/num_input_ids"])
+            lengths = [clip_lengths.pop(0) for _ in rows]
+            # num_frames: the features' attention mask summed, a mel frame per hop of 160 samples
+            np.testing.assert_array_equal(ref[f"{key}/num_frames"], [-(-n // 160) for n in lengths])
+            for b, ids in enumerate(rows):
+                kept = stamps[b, prompt:prompt + len(ids)]
+                text = np.array(ids) != tok.eos_token_id  # eos pads a batch's shorter row
+                np.testing.assert_allclose(kept[text], np.array(generated["token_timestamps"][b])[text],
+                                           rtol=0, atol=ATOL)
+                out = {"tokens": np.array([ids]), "token_timestamps": kept[None]}
+                stride = next(strides, None)
+                if stride is not None:
+                    out["stride"] = tuple(s / SR for s in stride)
+                model_outputs.append(out)
+        # a batch's rows are separate inputs; a recording's chunks are one
+        groups = [[o] for o in model_outputs] if case["batch_size"] else [model_outputs]
+        results += [decode_asr(tok, g, return_timestamps="word", return_language=language)
+                    for g in groups]
+    got = [{"text": text, **optional} for text, optional in results]
+    assert json.loads(json.dumps(got)) == case["outputs"]

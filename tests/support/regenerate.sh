@@ -29,6 +29,8 @@ AUDIO="$(venv audio "$HERE/requirements-audio.txt")"  # torch 2.9.1 + torchaudio
 
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
+time "$EXPORT" tests/support/families_audio_timestamped.py  # whisper-timestamped: the whisper model, cross-attention outputs
+time "$EXPORT" tests/support/record_whisper_words.py  # _extract_token_timestamps on synthetic cross-attentions
 time "$EXPORT" tests/support/record_audio_pipelines.py  # audio pipeline references on real speech: rebuilds the torch models above
 time "$EXPORT" tests/support/record_whisper_prompts.py  # Whisper prompts on real configs
 time "$EXPORT" tests/support/record_tts.py  # text-to-speech waveforms in full: rebuilds vits / speecht5 above
