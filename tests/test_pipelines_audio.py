@@ -117,8 +117,8 @@ def test_matches_recorded_pipeline(fixture, task, backend):
             with pytest.raises(ValueError):
                 run(p, inputs(case), case)
             continue
-        if "cross-attentions" in case.get("needs", ()):  # word timestamps: not run yet
-            with pytest.raises(ValueError, match="cross-attention"):
+        if "cross-attentions" in case.get("needs", ()) and not p.head.attention_outputs:
+            with pytest.raises(ValueError, match="cross-attention"):  # this export has none
                 run(p, inputs(case), case)
             continue
         assert_close(run(p, inputs(case), case), expected(fixture, task, case), TOL,
@@ -130,7 +130,7 @@ def test_a_batch_equals_one_by_one(fixture, task):
     p = pipe(fixture, task)
     for case in cases(fixture, task):
         if (case.get("error") and (fixture, case["name"]) not in NOT_AN_ERROR_HERE) or \
-                case.get("needs") or case.get("setup"):
+                (case.get("needs") and not p.head.attention_outputs) or case.get("setup"):
             continue  # refused, not run yet, or random (CLAP's crop of a long clip)
         clips, kwargs = inputs(case), case["call_kwargs"]
         alone = [as_recorded(p(x, **kwargs)) for x in clips]
@@ -152,3 +152,34 @@ def test_split_clap_embeds_each_label_set_once():
     assert_close(p([sound, sound], candidate_labels=["speech", "music"]), [first, first], 1e-6)
     assert p._label_sets.keys() == kept.keys()  # the second call embedded no text
     assert ("This is a sound of speech.", "This is a sound of music.") in kept
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_word_timestamps_align_tokens_as_transformers(backend, monkeypatch):
+    """Per token, the times the cross-attention alignment gives equal generate's
+    ``token_timestamps`` (recorded as "alignment": the sequences, prompt included, and their
+    times), on the export with cross-attention outputs. Times are 20 ms frame indices, so equal
+    within float32 rounding means the same DTW path."""
+    from transmuter.pipelines.audio.whisper import Head
+
+    p = pipe("whisper-timestamped", "automatic-speech-recognition", backend)
+    seen = []
+    original = Head._token_times
+
+    def spy(self, *args):
+        seen.append(original(self, *args))
+        return seen[-1]
+
+    monkeypatch.setattr(Head, "_token_times", spy)
+    checked = 0
+    for case in cases("whisper-timestamped", "automatic-speech-recognition"):
+        if case["call_kwargs"].get("return_timestamps") != "word" or case.get("batch_size"):
+            continue
+        for clip_input, alignment in zip(inputs(case), case["alignment"]):
+            seen.clear()
+            p(clip_input, **case["call_kwargs"])
+            got = np.concatenate([np.asarray(t) for call in seen for t in call])
+            want = np.asarray(alignment["timestamps"][0], np.float32)
+            np.testing.assert_allclose(got[:len(want)], want, atol=1e-6, err_msg=case["name"])
+            checked += 1
+    assert checked >= 6

@@ -64,6 +64,7 @@ class AutomaticSpeechRecognitionPipeline(AudioPipeline):
         if chunk is None:
             stride = _input_stride(inputs, len(samples), self.sampling_rate)
             for item in self.head.whole(samples):
+                item = dict(item, samples=len(samples))
                 yield dict(item, stride=stride) if stride is not None else item
             return
         length, left, right = chunk
@@ -73,7 +74,8 @@ class AutomaticSpeechRecognitionPipeline(AudioPipeline):
             last = start + length >= len(samples)
             stride = (len(window), 0 if start == 0 else left, 0 if last else right)
             if len(window) > stride[1]:  # transformers drops a window that is all stride
-                yield {"audio": self.head.features(window), "stride": stride, "is_last": last}
+                yield {"audio": self.head.features(window), "stride": stride, "is_last": last,
+                       "samples": len(window)}
             if last:
                 break
 

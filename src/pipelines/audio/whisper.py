@@ -48,6 +48,10 @@ class Head:
         self.lang_to_id = self.file.get("lang_to_id") or {}
         self.task_to_id = self.file.get("task_to_id") or {}
         self.no_timestamps = self.file.get("no_timestamps_token_id")
+        # per decoder layer, in order: what word timestamps align (whisper_words.py)
+        self.attention_outputs = sorted(
+            (v.name for v in model.outputs if v.name.startswith("cross_attentions.")),
+            key=lambda n: int(n.rsplit(".", 1)[1]))
 
     # --- options -------------------------------------------------------------------------------
 
@@ -59,10 +63,11 @@ class Head:
         if return_timestamps not in (None, False, True, "word"):
             raise PipelineError("Whisper returns segment timestamps (return_timestamps=True) or "
                                 f"word timestamps ('word'), got {return_timestamps!r}")
-        if return_timestamps == "word":
-            raise PipelineError("return_timestamps='word' needs an export with cross-attention "
-                                "outputs, which Transmuter does not run yet; use "
-                                "return_timestamps=True for segment timestamps")
+        if return_timestamps == "word" and not self.attention_outputs:
+            raise PipelineError("return_timestamps='word' needs an export whose decoder also "
+                                "outputs its cross-attentions (cross_attentions.*, as the "
+                                "'timestamped' Whisper exports of transformers.js); this one "
+                                "does not: use return_timestamps=True for segment timestamps")
         config = GenerationConfig.from_dicts(self.file, self.config,
                                              pipeline_defaults=PIPELINE_DEFAULTS, **options)
         if config.pad_token_id is None:
@@ -70,7 +75,7 @@ class Head:
         language = self._language_id(whisper.get("language"))
         task = self._task_id(whisper.get("task"))
         fwd = {"config": config, "language": language, "task": task,
-               "timestamps": bool(return_timestamps)}
+               "timestamps": bool(return_timestamps), "words": return_timestamps == "word"}
         return fwd, {"timestamps": return_timestamps or None, "language": return_language}
 
     def _language_id(self, language):
@@ -117,7 +122,7 @@ class Head:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def forward(self, chunks, config, language, task, timestamps):
+    def forward(self, chunks, config, language, task, timestamps, words=False):
         """transformers' seek loop (``WhisperGenerationMixin.generate``): each row's features
         are cut into windows of ``num_segment_frames``, zero-padded; a window's tokens up to its
         last timestamp pair are kept, and the next window starts at that timestamp (or after the
@@ -125,12 +130,16 @@ class Head:
         features = [c["audio"]["input_features"] for c in chunks]
         frames = [f.shape[-1] for f in features]
         window = self.num_segment_frames
+        if max(frames) > window and words:
+            raise PipelineError("Word timestamps over Whisper's sequential long-form decoding "
+                                "are not run yet: pass chunk_length_s to cut the recording "
+                                "into windows")
         if max(frames) > window and not timestamps:
             raise PipelineError(
                 f"The recording is past Whisper's {window} frames (its long-form transcription "
                 "predicts timestamp tokens): pass return_timestamps=True, or chunk_length_s to "
                 "cut it into windows")
-        seek, tokens = [0] * len(chunks), [[] for _ in chunks]
+        seek, tokens, stamps = [0] * len(chunks), [[] for _ in chunks], [[] for _ in chunks]
         prompts = None
         processors = self._processors(config, timestamps)
         config = dataclasses.replace(config, suppress_tokens=None, begin_suppress_tokens=None)
@@ -142,13 +151,64 @@ class Head:
             if prompts is None:  # the language is detected once, on the first window
                 prompts = self._prompts(encoded, config, language, task, timestamps)
             self._check_length(prompts[0], config)
-            for b, n, ids in zip(rows, spans, self._generate(
-                    [prompts[b] for b in rows], config, encoded, processors)):
-                kept, advance = self._segment(ids, n)
+            generated = self._generate([prompts[b] for b in rows], config, encoded, processors)
+            if words:
+                times = self._token_times([chunks[b] for b in rows], [prompts[b] for b in rows],
+                                          generated, encoded, config)
+            ends = set(config.eos_token_id) | {config.pad_token_id}
+            for i, (b, n, ids) in enumerate(zip(rows, spans, generated)):
+                kept, advance = self._segment(_cut(ids, ends), n)
+                if words:  # the kept tokens' times, offset by the window's start (10 ms frames)
+                    at = len(prompts[b])
+                    stamps[b].append(times[i][at:at + len(kept)] + seek[b] * 0.02 / 2)
                 tokens[b] += kept
                 seek[b] += advance
-        return [{"tokens": np.array([t], np.int64), "stride": c["stride"]}
-                for c, t in zip(chunks, tokens)]
+        out = [{"tokens": np.array([t], np.int64), "stride": c["stride"]}
+               for c, t in zip(chunks, tokens)]
+        if words:
+            for o, parts in zip(out, stamps):
+                o["token_timestamps"] = np.concatenate(parts)[None].astype(np.float32)
+        return out
+
+    def _token_times(self, chunks, prompts, generated, encoded, config):
+        """Each row's token times from the decoder's cross-attentions (whisper_words.py), as
+        transformers' ``_extract_token_timestamps`` takes them: the prompt and the generated
+        tokens but the last fed again in one teacher-forced call (the same attention rows as
+        the steps); greedy rows padded to the batch's steps with the pad token, as generate
+        keeps feeding a finished row; a beam's sequence alone."""
+        from .whisper_words import token_timestamps
+
+        fe = self.pipe.feature_extractor
+        frames = [min(-(-c["samples"] // fe.hop_length), fe.nb_max_frames) for c in chunks]
+        beams = config.num_beams > 1
+        steps = max(len(g) for g in generated)
+        sequences = [p + (g if beams else g + [config.pad_token_id] * (steps - len(g)))
+                     for p, g in zip(prompts, generated)]
+        groups = [[b] for b in range(len(chunks))] if beams else [list(range(len(chunks)))]
+        times = [None] * len(chunks)
+        for rows in groups:
+            layers = self._cross_attentions([sequences[b][:-1] for b in rows],
+                                            encoded.states[rows])
+            got = token_timestamps(layers, self.file["alignment_heads"],
+                                   num_frames=[frames[b] for b in rows],
+                                   num_input_ids=len(prompts[rows[0]]),
+                                   median_filter_width=self.config.get("median_filter_width", 7))
+            for i, b in enumerate(rows):
+                times[b] = got[i]
+        return times
+
+    def _cross_attentions(self, sequences, states):
+        """The decoder's cross-attentions over ``sequences`` (rows of one length), per layer."""
+        dec = self.generator.decoder
+        feed = {"input_ids": np.array(sequences, np.int64), "encoder_hidden_states": states}
+        if "attention_mask" in dec.dtypes:
+            feed["attention_mask"] = np.ones(feed["input_ids"].shape, np.int64)
+        feed = {k: np.asarray(v).astype(dec.dtypes[k], copy=False) for k, v in feed.items()}
+        caches = dec.layout.empty(len(sequences), 0, dec.model_config,
+                                  cross_length=states.shape[1])
+        with dec.model.backend.scope():
+            out = dec.first_fn({**feed, **caches})
+        return [np.asarray(out[name], np.float32) for name in self.attention_outputs]
 
     @property
     def num_segment_frames(self):
@@ -164,21 +224,13 @@ class Head:
                                 padding=encoded.padding[:len(items)])
 
     def _generate(self, prompts, config, encoded, processors):
-        """Each row's new tokens, the padding and eos cut (as generate_with_fallback cuts
-        them)."""
+        """Each row's new tokens (eos included when generated)."""
         gen = self.generator
         if config.num_beams > 1:
             new = [seqs[0] for seqs in gen.beam_search(prompts, config, encoded, processors)[0]]
         else:
             new = gen.generate(prompts, config, encoded, processors=processors)
-        ends = set(config.eos_token_id) | {config.pad_token_id}
-        out = []
-        for ids in new:
-            ids = [int(i) for i in ids]
-            while ids and ids[-1] in ends:
-                ids.pop()
-            out.append(ids)
-        return out
+        return [[int(i) for i in ids] for ids in new]
 
     def _check_length(self, prompt, config):
         limit = self.config.get("max_target_positions")
@@ -266,7 +318,7 @@ class Head:
         precision = fe.chunk_length / self.config["max_source_positions"]
         model_outputs = []
         for out in outputs:
-            item = {"tokens": out["tokens"]}
+            item = {k: out[k] for k in ("tokens", "token_timestamps") if k in out}
             if out["stride"] is not None:
                 item["stride"] = tuple(s / rate for s in out["stride"])
             model_outputs.append(item)
@@ -294,3 +346,11 @@ def _window(features, seek, frames, window):
     if part.shape[-1] < window:
         part = np.pad(part, ((0, 0), (0, window - part.shape[-1])))
     return part
+
+
+def _cut(ids, ends):
+    """``ids`` without the trailing padding and eos (as generate_with_fallback cuts them)."""
+    ids = list(ids)
+    while ids and ids[-1] in ends:
+        ids.pop()
+    return ids
