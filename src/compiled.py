@@ -37,10 +37,13 @@ CacheInfo = collections.namedtuple("CacheInfo", "hits misses maxsize currsize")
 class CompiledFunction:
     """``fn(inputs) -> {output name: array}``, compiling each new signature on its first call."""
 
-    def __init__(self, model, static_inputs=None, cache_size=8, donate=()):
+    def __init__(self, model, static_inputs=None, cache_size=8, donate=(), checks=None):
         """``donate``: names of inputs whose buffers the caller gives up on each call (a KV cache
-        it replaces with the outputs): the compiled code may write its outputs into them."""
+        it replaces with the outputs): the compiled code may write its outputs into them.
+        ``checks``: refuse out-of-range index inputs before each call (None: the model's own
+        ``load(checks=)``)."""
         self.model = model
+        self.checks = model.checks if checks is None else bool(checks)
         self.donate = frozenset(donate)
         self.static_inputs = {k: np.asarray(v) for k, v in (static_inputs or {}).items()}
         declared = {v.name: v for v in model.inputs}
@@ -90,6 +93,8 @@ class CompiledFunction:
                 self._checked.clear()
             if signature is not None:
                 self._checked.add(signature)
+        if self.checks:  # index values change every call: checked every call
+            model.check_indices(inputs)
         params = model.params if params is None else params
         with model.backend.scope():
             env = dict(model.constants)
@@ -269,10 +274,15 @@ def _static_key(values):
     return tuple(sorted((k, key(v)) for k, v in values.items()))
 
 
-def compile(model, example_inputs, *, static_inputs=None, cache_size=8):
+def compile(model, example_inputs, *, static_inputs=None, cache_size=8, checks=None):
     """A function of the model's inputs, compiled for the example's shapes (and new ones on their
-    first call, keeping the ``cache_size`` most recently used)."""
-    fn = CompiledFunction(model, static_inputs=static_inputs, cache_size=cache_size)
+    first call, keeping the ``cache_size`` most recently used).
+
+    ``checks`` (default: the model's ``load(checks=)``, True unless turned off) refuses inputs
+    that index past a table before each call (``input_ids`` past the vocabulary: an InputError,
+    where the compiled gather would read NaN or garbage); ``checks=False`` skips it."""
+    fn = CompiledFunction(model, static_inputs=static_inputs, cache_size=cache_size,
+                          checks=checks)
     fn(example_inputs)
     return fn
 

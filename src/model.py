@@ -47,7 +47,8 @@ def _describe(source):
 class Model:
     """A loaded ONNX model. Call it like the model it was exported from: ``model(**inputs)``."""
 
-    def __init__(self, proto: onnx.ModelProto, backend="jax", compute_type=None, trainable=False):
+    def __init__(self, proto: onnx.ModelProto, backend="jax", compute_type=None, trainable=False,
+                 checks=True):
         self.proto = proto
         self.backend = backends.get(backend)
         self.opsets = {("" if d.domain == "ai.onnx" else d.domain): d.version
@@ -67,6 +68,8 @@ class Model:
         _prepare_weights(self.graph)
         self.compute_type = compute_type
         self.trainable = trainable
+        self.checks = bool(checks)  # the caller's index inputs are checked before each call
+        self._input_indices = None  # index_checks.InputIndices, found on first use
         self.constants, self.params = {}, {}
         with self.backend.scope():
             for name, value in self.graph.initializers.items():
@@ -115,6 +118,20 @@ class Model:
                     continue
                 raise InputError(f"Missing input {name!r} ({info!r})")
             check_value(info, inputs[name])
+
+    @property
+    def input_indices(self):
+        """The inputs that index a table (index_checks.InputIndices), found on first use."""
+        if self._input_indices is None:
+            from .index_checks import InputIndices
+
+            self._input_indices = InputIndices(self)
+        return self._input_indices
+
+    def check_indices(self, inputs: dict):
+        """Raise InputError when an input that indexes a table (``input_ids`` into the
+        embeddings) holds a value past it (index_checks.py): a min and a max per such input."""
+        self.input_indices.check(inputs)
 
     def __call__(self, **kwargs):
         from .compiled import CompiledFunction
@@ -195,7 +212,7 @@ def _to_numpy(value):
 
 
 def load(source, file=None, *, backend="jax", compute_type=None, trainable=False, revision=None,
-         cache_dir=None, local_files_only=False, token=None, variant=None) -> Model:
+         cache_dir=None, local_files_only=False, token=None, variant=None, checks=True) -> Model:
     """Load an ONNX model.
 
     ``source`` is a path to an .onnx file, its bytes, an ``onnx.ModelProto``, or a repo: a Hub id
@@ -204,6 +221,12 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
     inside it (e.g. "onnx/model_fp16.onnx"); without it, ``onnx/model*.onnx`` is chosen by
     ``variant`` ("fp32", "fp16", "q8", "q4", ...), else config.json's ``transformers.js_config``,
     else fp32, then the other variants the repo has. External data files come along.
+
+    ``checks=True`` (the default) refuses out-of-range indices in the inputs of each call: an
+    ``input_ids`` past the embedding table (or any input that reaches a Gather, GatherElements,
+    GatherND or ScatterND index) is an InputError naming the input, the value and the valid range,
+    where the compiled gather would read NaN or garbage. ``checks=False`` skips that min/max per
+    index input (a few microseconds a call) when the inputs are known to be in range.
     """
     from . import hub
 
@@ -215,4 +238,4 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
     elif file is not None:
         raise ModelLoadError(f"file={file!r} applies only when source is a Hub id or a folder")
     return Model(read_proto(source), backend=backend, compute_type=compute_type,
-                 trainable=trainable)
+                 trainable=trainable, checks=checks)

@@ -21,6 +21,7 @@ from .backends.common import MissingDtype
 from .backends.numpy import XP as NP
 from .errors import OpError, TransmuterError
 from .graph import Graph
+from .index_checks import check_static
 from .ops.registry import NeedsStatic
 
 
@@ -89,6 +90,8 @@ class Runner:
         except KeyError as e:
             raise OpError(f"{node.label} reads {e.args[0]!r}, which no earlier node or input "
                           "defines: the graph is not topologically sorted or is broken") from None
+        if opdef.indices:  # static indices past their axis: refused as ONNX Runtime refuses them
+            check_static(node, args)
         n_in = len(args)
         if opdef.host or (all(is_static(a) for a in args) and not opdef.random):
             xp = NP

@@ -19,6 +19,9 @@ Registration metadata tells the runner what it needs, so the runner never branch
 - ``weights``: {input position: fn(value, node)}: how the op prefers a weight stored when its
   node is that weight's only reader; the model applies ``fn`` to the initializer once, at load
   (MatMulNBits keeps its packed bytes as uint32 words and its zero points as floats).
+- ``indices``: {input position: bounds.Along / bounds.Leading}: that input indexes another
+  (Gather's indices into its data); out-of-range values are refused on the host
+  (index_checks.py), since a compiled gather cannot raise.
 """
 
 import dataclasses
@@ -40,6 +43,7 @@ class OpDef:
     random: bool = False
     weights: tuple = ()  # (input position, fn) pairs
     dequantizes: bool = False  # multiplies by weights it dequantizes (backend.compile's hint)
+    indices: tuple = ()  # (input position, bounds spec) pairs
 
     def needs_static(self, i: int, n_inputs: int) -> bool:
         if self.static == "all":
@@ -55,7 +59,7 @@ def _norm_domain(domain: str) -> str:
 
 
 def op(op_type: str, since: int = 1, *, domain: str = "", static=(), host=False, context=False,
-       raw=False, random=False, weights=None, dequantizes=False):
+       raw=False, random=False, weights=None, dequantizes=False, indices=None):
     """Register ``fn`` as ``op_type`` from opset version ``since`` on."""
 
     def register(fn):
@@ -63,7 +67,7 @@ def op(op_type: str, since: int = 1, *, domain: str = "", static=(), host=False,
         _REGISTRY.setdefault(key, []).append(
             OpDef(_norm_domain(domain), op_type, since, fn, tuple(static) if static != "all" else "all",
                   host, context, raw, random, tuple(sorted((weights or {}).items())),
-                  dequantizes))
+                  dequantizes, tuple(sorted((indices or {}).items()))))
         _REGISTRY[key].sort(key=lambda d: d.since)
         return fn
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from .bounds import Along, Leading
 from .registry import op
 
 
@@ -157,7 +158,7 @@ def slice_(xp, x, starts, ends, axes=None, steps=None):
     return _slice(xp, x, starts, ends, axes, steps)
 
 
-@op("Gather", 1)
+@op("Gather", 1, indices={1: Along()})
 def gather(xp, x, indices, *, axis=0):
     axis = _axis(axis, x.ndim)
     dim = x.shape[axis]
@@ -165,14 +166,14 @@ def gather(xp, x, indices, *, axis=0):
     return xp.take(x, indices, axis=axis)
 
 
-@op("GatherElements", 11)
+@op("GatherElements", 11, indices={1: Along()})
 def gather_elements(xp, x, indices, *, axis=0):
     axis = _axis(axis, x.ndim)
     indices = xp.where(indices < 0, indices + x.shape[axis], indices)
     return xp.take_along_axis(x, indices, axis=axis)
 
 
-@op("GatherND", 11)
+@op("GatherND", 11, indices={1: Leading(batch="batch_dims")})
 def gather_nd(xp, x, indices, *, batch_dims=0):
     b = batch_dims
     k = indices.shape[-1]
@@ -285,19 +286,19 @@ def _scatter_index(xp, indices, shape, axis):
 _REDUCTIONS = {"none": "set", "add": "add", "mul": "mul", "max": "max", "min": "min"}
 
 
-@op("ScatterElements", 11)
+@op("ScatterElements", 11, indices={1: Along()})
 def scatter_elements(xp, x, indices, updates, *, axis=0, reduction="none"):
     axis = _axis(axis, x.ndim)
     return xp.index_update(x, _scatter_index(xp, indices, x.shape, axis), updates,
                            _REDUCTIONS[reduction])
 
 
-@op("Scatter", 9)
+@op("Scatter", 9, indices={1: Along()})
 def scatter(xp, x, indices, updates, *, axis=0):
     return scatter_elements(xp, x, indices, updates, axis=axis)
 
 
-@op("ScatterND", 11)
+@op("ScatterND", 11, indices={1: Leading()})
 def scatter_nd(xp, x, indices, updates, *, reduction="none"):
     k = indices.shape[-1]
     idx = tuple(xp.where(indices[..., i] < 0, indices[..., i] + x.shape[i], indices[..., i])

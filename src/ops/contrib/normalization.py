@@ -7,6 +7,7 @@ Statistics run in f32 for half inputs; the mean / inv_std_var outputs are f32 (O
 import numpy as np
 
 from ..attention import f32
+from ..bounds import Along
 from ..nn import layer_normalization as _layer_normalization_17
 from ..registry import op
 
@@ -64,7 +65,10 @@ def layer_normalization_contrib(xp, x, scale, bias=None, *, axis=-1, epsilon=1e-
                                    stash_type=stash_type)
 
 
-@op("EmbedLayerNormalization", 1, domain=MS)
+# word, segment and position ids index their tables (rows)
+@op("EmbedLayerNormalization", 1, domain=MS,
+    indices={0: Along(data=2, attr=None), 1: Along(data=4, attr=None),
+             8: Along(data=3, attr=None)})
 def embed_layer_normalization(xp, input_ids, segment_ids, word_embedding, position_embedding,
                               segment_embedding=None, gamma=None, beta=None, mask=None,
                               position_ids=None, *, epsilon=1e-12, mask_index_type=1):

@@ -9,6 +9,7 @@ XLA fuses it into the matmul.
 import numpy as np
 
 from ..attention import f32
+from ..bounds import Along
 from ..registry import op
 
 MS = "com.microsoft"
@@ -196,7 +197,7 @@ def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K
     return xp.astype(y, xp.dtype_of(a))
 
 
-@op("GatherBlockQuantized", 1, domain=MS)
+@op("GatherBlockQuantized", 1, domain=MS, indices={1: Along(attr="gather_axis")})
 def gather_block_quantized(xp, data, indices, scales, zero_points=None, *, bits=4,
                            block_size=128, gather_axis=0, quantize_axis=1):
     """Gather rows, then dequantize only those: (q - zp) * scale per block along quantize_axis.

@@ -1,0 +1,219 @@
+"""Out-of-range indices are refused on the host, as ONNX Runtime refuses them.
+
+A compiled gather cannot raise: past its axis JAX reads NaN (or clamps: 2^62 wrapped to a valid
+row), and MLX reads past its buffer (garbage, or a crash). So indices are checked where their
+values are known, on the host, from the ops' ``indices=`` metadata (ops/bounds.py):
+
+- **Static indices** (initializers, Constant nodes, values folded on the host): when their node
+  runs, eagerly or while a compiled segment is traced (``check_static``: an OpError naming the
+  node, the index, the axis and its size).
+- **Graph inputs** that reach an op's indices as they are or through ops that keep every value
+  (Cast to an integer type, Reshape, Unsqueeze, Squeeze, Flatten, Expand, Transpose, Identity):
+  ``input_ids`` into the embedding table, ``token_type_ids`` into the type table. ``InputIndices``
+  finds them once per model; before each call a min and a max per such input (microseconds) say
+  whether all is well, else an InputError names the input, the value, its position and the range.
+  The indexed data must have a shape known before the call: an initializer, a Constant, or
+  another graph input (through Cast, Identity, DequantizeLinear).
+- **Indices computed inside the graph** from data (an ArgMax, arithmetic on positions) are only
+  known inside the compiled function, where nothing can raise: they are not checked.
+
+``load(..., checks=False)`` (or ``compile``'s / ``run``'s ``checks=``) skips the input checks.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from . import dtypes
+from .errors import InputError, OpError
+
+# Ops whose output holds exactly the values of their first input (in another shape): a graph
+# input through them still indexes with its own values. The first two also keep the layout, so
+# the columns of a GatherND / ScatterND index keep their meaning.
+KEEPS_VALUES = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand",
+                "Transpose"}
+KEEPS_LAYOUT = {"Identity", "Cast"}
+# Ops whose output has the shape of their first input: indexed data made by them from a weight.
+KEEPS_SHAPE = {"Identity", "Cast", "DequantizeLinear"}
+
+
+@dataclasses.dataclass(frozen=True)
+class OutOfRange:
+    value: int
+    at: tuple  # position in the index array
+    axis: int  # axis of the data
+    size: int  # its size
+    column: int | None = None  # GatherND / ScatterND: the column of the indices' last axis
+
+
+def out_of_range(values, spec, data_shape, attrs):
+    """The first index of ``values`` (a host array) past its axis of data shaped ``data_shape``,
+    or None when all are in [-size, size - 1]. A min and a max when all is well."""
+    if values.size == 0 or values.dtype.kind not in "iu":
+        return None
+    limits = spec.limits(tuple(data_shape), tuple(values.shape), attrs)
+    if limits is None:
+        return None  # the op reports shapes that do not fit
+    if not spec.columns:
+        axis, size = limits
+        if values.min() >= -size and values.max() < size:
+            return None
+        return _first(values, (values < -size) | (values >= size), axis, size)
+    sizes = np.array([size for _, size in limits], np.int64)
+    rows = values.reshape(-1, len(limits))
+    if (rows.min(axis=0) >= -sizes).all() and (rows.max(axis=0) < sizes).all():
+        return None
+    bad = (values < -sizes) | (values >= sizes)
+    column = int(np.argwhere(bad.reshape(-1, len(limits)).any(axis=0))[0, 0])
+    axis, size = limits[column]
+    bad[..., [c for c in range(len(limits)) if c != column]] = False
+    return dataclasses.replace(_first(values, bad, axis, size), column=column)
+
+
+def _first(values, bad, axis, size):
+    at = tuple(int(i) for i in np.argwhere(bad)[0])
+    return OutOfRange(int(values[at]), at, axis, int(size))
+
+
+def _valid(size):
+    return f"[{-size}, {size - 1}]" if size else "nowhere (the axis is empty)"
+
+
+def check_static(node, args):
+    """Raise OpError when a static index of ``node`` is past its axis (called by the runner
+    before the node runs; ``args`` are its inputs as they are, static ones still on the host)."""
+    for position, spec in node.opdef.indices:
+        if max(position, spec.data) >= len(args):
+            continue
+        index, data = args[position], args[spec.data]
+        if not isinstance(index, (np.ndarray, np.generic)) or data is None \
+                or isinstance(data, list) or getattr(data, "shape", None) is None:
+            continue
+        bad = out_of_range(np.asarray(index), spec, data.shape, node.attrs)
+        if bad is not None:
+            what = ("it picks" if bad.column is None
+                    else f"column {bad.column} of its last axis picks")
+            raise OpError(
+                f"{node.label} has index {bad.value} at {list(bad.at)} of "
+                f"{node.inputs[position]!r}, out of range: {what} along axis {bad.axis} of "
+                f"{node.inputs[spec.data]!r}, of size {bad.size}, so those indices must be in "
+                f"{_valid(bad.size)} (ONNX Runtime refuses the model too)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+    """Graph input ``input`` reaches input ``spec``'s indices of ``node`` with its own values."""
+
+    input: str
+    node: object
+    spec: object
+    data_name: str  # the node's data input, for messages
+    data_shape: tuple | None  # known at load (a weight, a constant), else
+    data_input: str | None  # the graph input whose shape the data has
+
+
+class InputIndices:
+    """The graph inputs that index tables (found once per model), checked before each call."""
+
+    def __init__(self, model):
+        self.uses = _find_uses(model)
+
+    def check(self, inputs):
+        """Raise InputError naming the input when a value in ``inputs`` is out of range."""
+        hosted = {}
+        for use in self.uses:
+            value = inputs.get(use.input)
+            shape = use.data_shape
+            if use.data_input is not None:
+                data = inputs.get(use.data_input)
+                shape = None if data is None else getattr(data, "shape", None)
+            if value is None or shape is None:
+                continue
+            if use.input not in hosted:
+                hosted[use.input] = np.asarray(value)
+            bad = out_of_range(hosted[use.input], use.spec, shape, use.node.attrs)
+            if bad is not None:
+                raise InputError(_input_message(use, bad))
+
+    def table(self, name):
+        """(rows, use) of the smallest table input ``name`` picks rows of (axis 0), or None."""
+        found = []
+        for use in self.uses:
+            if use.input == name and use.data_shape and not use.spec.columns:
+                axis, size = use.spec.limits(use.data_shape, (), use.node.attrs) or (None, None)
+                if axis == 0:
+                    found.append((size, use))
+        return min(found, key=lambda f: f[0]) if found else None
+
+
+def _input_message(use, bad):
+    what = (f"takes column {bad.column} of its last axis as indices" if bad.column is not None
+            else "takes its values as indices")
+    hint = (": token ids the model's vocabulary lacks (from another tokenizer, or tokens added "
+            "to it?)" if use.input.endswith("input_ids") else "")
+    return (f"Input {use.input!r} holds {bad.value} at {list(bad.at)}, out of range{hint}. "
+            f"{use.node.label} {what} into axis {bad.axis} of {use.data_name!r}, which has "
+            f"{bad.size} entries there, so they must be in {_valid(bad.size)}: pass values in "
+            "that range (load(..., checks=False) skips this check)")
+
+
+def _find_uses(model):
+    graph = model.graph
+    readers, producers = {}, {}
+    for node in graph.nodes:
+        for i, name in enumerate(node.inputs):
+            if name:
+                readers.setdefault(name, []).append((node, i))
+        producers.update({out: node for out in node.outputs if out})
+    inputs = {v.name for v in graph.inputs}
+    uses = []
+    for info in graph.inputs:
+        if not (isinstance(info.dtype, np.dtype) and info.dtype.kind in "iu"):
+            continue
+        frontier, seen = [(info.name, True)], set()
+        while frontier:
+            name, layout = frontier.pop()
+            if (name, layout) in seen:
+                continue
+            seen.add((name, layout))
+            for node, i in readers.get(name, ()):
+                for position, spec in node.opdef.indices:
+                    if position == i and (layout or not spec.columns) \
+                            and spec.data < len(node.inputs):
+                        use = _use(info.name, node, spec, model, producers, inputs)
+                        if use is not None:
+                            uses.append(use)
+                if i == 0 and _keeps_values(node):
+                    frontier.append((node.outputs[0], layout and node.op_type in KEEPS_LAYOUT))
+    return uses
+
+
+def _keeps_values(node):
+    if node.op_type not in KEEPS_VALUES or not node.outputs or node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type == "Cast":  # a cast to float (and back) may round: not followed
+        try:
+            return dtypes.to_numpy(node.attrs.get("to", 0)).kind in "iu"
+        except NotImplementedError:
+            return False
+    return True
+
+
+def _use(input_name, node, spec, model, producers, inputs):
+    data = name = node.inputs[spec.data]
+    while data:
+        if data in inputs:
+            return Use(input_name, node, spec, name, None, data)
+        for table in (model.constants, model.params):
+            if data in table and getattr(table[data], "shape", None) is not None:
+                return Use(input_name, node, spec, name, tuple(table[data].shape), None)
+        producer = producers.get(data)
+        if producer is None:
+            return None
+        value = producer.attrs.get("value") if producer.op_type == "Constant" else None
+        if isinstance(value, np.ndarray):
+            return Use(input_name, node, spec, name, value.shape, None)
+        if producer.op_type not in KEEPS_SHAPE or producer.domain not in ("", "ai.onnx"):
+            return None
+        data = producer.inputs[0] if producer.inputs else None
+    return None
