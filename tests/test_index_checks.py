@@ -7,10 +7,12 @@ reference: it refuses each bad case and gives the outputs in-range edge values m
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tokenizers
 from onnx import TensorProto, helper, numpy_helper
 
 import transmuter
 from transmuter.errors import InputError, OpError
+from transmuter.pipelines.base import PipelineError
 from tests import fixtures
 from tests.test_engine import info, make_model
 
@@ -242,3 +244,34 @@ def test_data_given_by_the_caller_sets_the_range():
     refused_by_onnxruntime(proto, {"x": X[:1, :3], "i": index})
     with pytest.raises(InputError, match=r"'i' holds 3 at \[0, 1\].*\[-3, 2\]"):
         model(x=X[:1, :3], i=index)
+
+
+# --- pipelines -------------------------------------------------------------------------------
+
+def bert_tokenizer(extra=()):
+    tok = tokenizers.Tokenizer.from_file(str(BERT / "tokenizer.json"))
+    tok.add_tokens(list(extra))
+    return tok
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tokenizer_past_the_embedding_table_is_refused_at_load(backend):
+    tok = bert_tokenizer(["zebraword", "yakword"])  # ids 600, 601: the table has 600 rows
+    with pytest.raises(PipelineError, match=r"ids up to 601.*embeddings\.word_embeddings\.weight"
+                                            r".*600 rows"):
+        transmuter.pipeline("feature-extraction", str(BERT), tokenizer=tok, backend=backend)
+    transmuter.pipeline("feature-extraction", str(BERT), tokenizer=bert_tokenizer(),
+                        backend=backend)  # the model's own: accepted
+    transmuter.pipeline("feature-extraction", str(BERT), tokenizer=tok, backend=backend,
+                        checks=False)  # refused only when checks are on
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pipeline_call_refuses_ids_past_the_table(backend):
+    """Tokens added to the tokenizer after load (the embeddings not resized) reach the call."""
+    pipe = transmuter.pipeline("feature-extraction", str(BERT), backend=backend)
+    plain = pipe("a zebra")
+    pipe.tokenizer.backend.add_tokens(["zebraword"])  # id 600
+    with pytest.raises(InputError, match=r"'input_ids' holds 600 at \[0, \d+\].*\[-600, 599\]"):
+        pipe("a zebraword")
+    assert np.allclose(pipe("a zebra"), plain)  # the pipeline still works on good input

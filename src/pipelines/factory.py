@@ -8,7 +8,7 @@ from .base import PipelineError
 def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_extractor=None,
              config=None,
              backend="jax", compute_type=None, variant=None, revision=None, cache_dir=None,
-             local_files_only=False, token=None, **options):
+             local_files_only=False, token=None, checks=True, **options):
     """A ``Pipeline`` for ``task`` (transformers' names and aliases, plus ``text-embedding``,
     ``text-ranking``).
 
@@ -19,7 +19,10 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     repo/folder; ``feature_extractor`` (audio) a ``transmuter`` FeatureExtractor, a
     preprocessor_config dict, or a repo/folder. ``variant`` picks the ONNX file ("fp32", "fp16", "q8", "q4", ...);
     ``revision``, ``cache_dir``, ``local_files_only`` and ``token`` reach the Hub; ``backend``
-    ("jax", "mlx") and ``compute_type`` reach ``transmuter.load``. Other options
+    ("jax", "mlx"), ``compute_type`` and ``checks`` reach ``transmuter.load``: ``checks=True``
+    refuses a tokenizer whose ids run past the model's embedding table (here, at load) and
+    out-of-range ids at each call (``checks=False`` skips both; a model loaded by hand keeps its
+    own ``load(checks=)``). Other options
     (``batch_size``, ``sequence_length``, ``progress`` and the task's own, e.g. ``top_k``) go to
     the pipeline.
     """
@@ -41,7 +44,7 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
         # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...)
         component = cls.onnx_component(repo) if hasattr(cls, "onnx_component") else "model"
         model = load(repo.onnx_file(component, variant), backend=backend,
-                     compute_type=compute_type)
+                     compute_type=compute_type, checks=checks)
     if repo is not None and not isinstance(config, dict):
         config = repo.config()
     if config is None:
@@ -54,6 +57,8 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     if unused:
         raise PipelineError(f"{cls.task} takes no {' or '.join(unused)}")
     featurizers = {name: _FEATURIZERS[name](given[name], repo, where) for name in cls.featurizers}
+    if model.checks and featurizers.get("tokenizer") is not None:
+        _check_vocabulary(model, featurizers["tokenizer"])
     if getattr(cls, "encoder_component", None) and variant is not None:
         options.setdefault("encoder_variant", variant)  # the encoder takes the decoder's variant
     return cls(model, config, repo=repo, **featurizers, **options)
@@ -74,6 +79,33 @@ def _tokenizer(tokenizer, repo, where):
         # special tokens and limits still come from the repo's tokenizer_config.json
         return Tokenizer(tokenizer, repo.json("tokenizer_config.json", {}) if repo else {})
     return Tokenizer.from_repo(hub.resolve(tokenizer, **where))
+
+
+def _check_vocabulary(model, tokenizer):
+    """A tokenizer that makes ids past the rows of the table ``input_ids`` picks from (added
+    tokens the export's embeddings lack, another model's tokenizer) would give NaN or garbage on
+    those ids: refused at load."""
+    found = model.input_indices.table("input_ids")
+    if found is None:
+        return
+    rows, use = found
+    largest = _largest_id(tokenizer)
+    if largest is None or largest < rows:
+        return
+    raise PipelineError(
+        f"The tokenizer makes ids up to {largest}, but the model's embedding table "
+        f"{use.data_name!r} ({use.node.label}) has {rows} rows: they do not match. Give the "
+        "model's own tokenizer=, or checks=False if no text will produce the missing ids")
+
+
+def _largest_id(tokenizer):
+    """The largest id a tokenizer makes (its vocabulary and added tokens), or None."""
+    backend = getattr(tokenizer, "backend", None)
+    if hasattr(backend, "get_vocab_size") and hasattr(backend, "get_added_tokens_decoder"):
+        return max([backend.get_vocab_size(with_added_tokens=True) - 1,
+                    *backend.get_added_tokens_decoder()])
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else None
+    return max(vocab.values()) if vocab else None
 
 
 def _image_processor(processor, repo, where):
