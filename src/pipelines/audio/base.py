@@ -3,7 +3,7 @@
 import itertools
 
 from ...preprocess.audio import is_audio
-from ..base import Pipeline, PipelineError
+from ..base import Pipeline
 from ..featurizers import AudioFeaturizer
 
 
@@ -58,12 +58,3 @@ class AudioPipeline(Pipeline):
     def _forward_group(self, chunks):
         return super()._forward(chunks)
 
-
-def check_labels(candidate_labels, task):
-    """candidate_labels as a non-empty list of strings."""
-    labels = [candidate_labels] if isinstance(candidate_labels, str) else candidate_labels
-    if not isinstance(labels, (list, tuple)) or not labels or \
-            not all(isinstance(x, str) for x in labels):
-        raise PipelineError(f"{task}: candidate_labels must be a non-empty list of strings, got "
-                            f"{candidate_labels!r:.80}")
-    return list(labels)

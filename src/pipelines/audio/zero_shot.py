@@ -20,9 +20,9 @@ import numpy as np
 from ..base import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import softmax
-from .base import AudioPipeline, check_labels
-
-LABEL_SETS_KEPT = 8  # label-set embeddings a split pipeline keeps (one call's set is reused)
+from ..zero_shot_labels import (LabelEmbeddings, check_labels, check_template, component,
+                                load_text_model, unit)
+from .base import AudioPipeline
 
 
 class ZeroShotAudioClassificationPipeline(AudioPipeline):
@@ -40,9 +40,10 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
                 raise PipelineError(f"{self.task} runs CLAP exports (a joint model.onnx with "
                                     "logits_per_audio, or an audio_model.onnx with audio_embeds); "
                                     f"this graph gives {sorted(names)}")
-            self.text_model = text_model or _load_text_model(repo, model, encoder_variant)
+            self.text_model = text_model or load_text_model(repo, model, encoder_variant,
+                                                            "audio_model")
             self.scale = _logit_scale(logit_scale)
-            self._label_sets = {}
+            self._label_sets = LabelEmbeddings()
         elif text_model is not None or logit_scale is not None:
             raise PipelineError("text_model= and logit_scale= are for the split audio_model / "
                                 "text_model files; the joint model.onnx holds both")
@@ -52,10 +53,7 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
     @staticmethod
     def onnx_component(repo):
         """The joint model.onnx when the repo has one, else the split audio_model.onnx."""
-        names = [f.rsplit("/", 1)[-1] for f in repo.onnx_files()]
-        joint = any(n.startswith("model") for n in names)
-        return "model" if joint or not any(n.startswith("audio_model") for n in names) \
-            else "audio_model"
+        return component(repo, "audio_model")
 
     def _sanitize_parameters(self, candidate_labels=None,
                              hypothesis_template="This is a sound of {}.", **unknown):
@@ -63,10 +61,7 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
         if candidate_labels is None:
             return {}, {"labels": None}, {}
         labels = check_labels(candidate_labels, self.task)
-        if not isinstance(hypothesis_template, str) or "{}" not in hypothesis_template:
-            raise PipelineError(f"hypothesis_template must be a string with a {{}} for the "
-                                f"label, got {hypothesis_template!r:.80}")
-        return {}, {"labels": labels, "template": hypothesis_template}, {}
+        return {}, {"labels": labels, "template": check_template(hypothesis_template)}, {}
 
     def _forward_group(self, chunks, labels=None, template=None):
         if labels is None:
@@ -76,7 +71,7 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
             feed = {**self._feed(chunks), **self._text_feed(texts, self._inputs)}
             logits = self.output(self._run_model(feed), "logits_per_audio")
         else:
-            audio = _unit(self.output(self._run_model(self._feed(chunks)), "audio_embeds"))
+            audio = unit(self.output(self._run_model(self._feed(chunks)), "audio_embeds"))
             logits = self.scale * audio @ self._label_embeddings(texts).T
         return [dict(c, labels=labels, logits=logits[i]) for i, c in enumerate(chunks)]
 
@@ -88,15 +83,9 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
 
     def _label_embeddings(self, texts):
         """Unit text embeddings of ``texts`` (split layout), computed once per label set."""
-        key = tuple(texts)
-        if key not in self._label_sets:
-            if len(self._label_sets) >= LABEL_SETS_KEPT:
-                self._label_sets.pop(next(iter(self._label_sets)))
-            inputs = {v.name: v for v in self.text_model.inputs}
-            out = self._run_model(self._text_feed(texts, inputs), self.text_model)
-            self._label_sets[key] = _unit(out.get("text_embeds", out[
-                self.text_model.outputs[0].name]))
-        return self._label_sets[key]
+        inputs = {v.name: v for v in self.text_model.inputs}
+        return self._label_sets.embed(texts, lambda t: self._run_model(
+            self._text_feed(t, inputs), self.text_model))
 
     def _text_feed(self, texts, inputs):
         """The label texts tokenized as transformers does (padded to the longest), once per
@@ -133,20 +122,3 @@ def _logit_scale(logit_scale):
         raise PipelineError(f"logit_scale must be a positive number (exp of the stored log "
                             f"scale), got {logit_scale!r:.80}")
     return float(logit_scale)
-
-
-def _unit(x):
-    """ClapModel's ``x / x.norm(p=2, dim=-1, keepdim=True)``."""
-    x = np.asarray(x, np.float32)
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
-def _load_text_model(repo, audio_model, variant):
-    from ...model import load
-
-    if repo is None:
-        raise PipelineError("A split audio_model loaded by hand needs text_model= (the text "
-                            "half's transmuter.Model) or config= its repo folder")
-    file = repo.choose("text_model", variant).path
-    return load(repo.fetch_onnx(file), backend=audio_model.backend.name,
-                compute_type=audio_model.compute_type)

@@ -11,15 +11,15 @@ CLIP's scores are a softmax over the labels; SigLIP's a sigmoid per label, its t
 with only those needs ``logit_scale=`` (and ``logit_bias=``), the trained values of the model.
 """
 
-import numpy as np
 
 from ..base import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import sigmoid, softmax
+from ..zero_shot_labels import (LabelEmbeddings, check_labels, check_template, component,
+                                load_text_model, unit)
 from .base import VisionPipeline
 
 SIGLIP_LENGTH = 64  # ZeroShotImageClassificationPipeline.preprocess: max_length=64 for SigLIP
-LABEL_SETS_KEPT = 8  # label-set embeddings a split pipeline keeps (one call's set is reused)
 
 
 class ZeroShotImageClassificationPipeline(VisionPipeline):
@@ -38,18 +38,16 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
                 raise PipelineError(f"{self.task} runs CLIP / SigLIP exports (a joint model.onnx "
                                     "with logits_per_image, or a vision_model.onnx with "
                                     f"image_embeds); this graph gives {sorted(names)}")
-            self.text_model = text_model or _load_text_model(repo, model, encoder_variant)
+            self.text_model = text_model or load_text_model(repo, model, encoder_variant,
+                                                            "vision_model")
             self.scale, self.bias = self._split_head(logit_scale, logit_bias)
-            self._label_sets = {}
+            self._label_sets = LabelEmbeddings()
         super().__init__(model, config, repo=repo, **kwargs)
 
     @staticmethod
     def onnx_component(repo):
         """The joint model.onnx when the repo has one, else the split vision_model.onnx."""
-        names = [f.rsplit("/", 1)[-1] for f in repo.onnx_files()]
-        joint = any(n.startswith("model") for n in names)
-        return "model" if joint or not any(n.startswith("vision_model") for n in names) \
-            else "vision_model"
+        return component(repo, "vision_model")
 
     def _split_head(self, logit_scale, logit_bias):
         if logit_scale is None or (self.siglip and logit_bias is None):
@@ -65,15 +63,8 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
         super()._sanitize_parameters(**unknown)
         if candidate_labels is None:
             return {}, {"labels": None}, {}
-        labels = [candidate_labels] if isinstance(candidate_labels, str) else candidate_labels
-        if not isinstance(labels, (list, tuple)) or not labels or \
-                not all(isinstance(x, str) for x in labels):
-            raise PipelineError(f"candidate_labels must be a non-empty list of strings, got "
-                                f"{candidate_labels!r:.80}")
-        if not isinstance(hypothesis_template, str) or "{}" not in hypothesis_template:
-            raise PipelineError(f"hypothesis_template must be a string with a {{}} for the "
-                                f"label, got {hypothesis_template!r:.80}")
-        return {}, {"labels": list(labels), "template": hypothesis_template}, {}
+        labels = check_labels(candidate_labels, self.task)
+        return {}, {"labels": labels, "template": check_template(hypothesis_template)}, {}
 
     def _forward_group(self, chunks, labels=None, template=None):
         if labels is None:
@@ -83,7 +74,7 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
             feed = {**self._feed(chunks), **self._text_feed(texts, self._inputs)}
             logits = self.output(self._run_model(feed), "logits_per_image")
         else:
-            images = _unit(self.output(self._run_model(self._feed(chunks)), "image_embeds"))
+            images = unit(self.output(self._run_model(self._feed(chunks)), "image_embeds"))
             logits = self.scale * images @ self._label_embeddings(texts).T + self.bias
         return [dict(c, labels=labels, logits=logits[i]) for i, c in enumerate(chunks)]
 
@@ -96,15 +87,9 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
 
     def _label_embeddings(self, texts):
         """Unit text embeddings of ``texts``, computed once per label set."""
-        key = tuple(texts)
-        if key not in self._label_sets:
-            if len(self._label_sets) >= LABEL_SETS_KEPT:
-                self._label_sets.pop(next(iter(self._label_sets)))
-            inputs = {v.name: v for v in self.text_model.inputs}
-            out = self._run_model(self._text_feed(texts, inputs), self.text_model)
-            self._label_sets[key] = _unit(out.get("text_embeds", out[
-                self.text_model.outputs[0].name]))
-        return self._label_sets[key]
+        inputs = {v.name: v for v in self.text_model.inputs}
+        return self._label_sets.embed(texts, lambda t: self._run_model(
+            self._text_feed(t, inputs), self.text_model))
 
     def _text_feed(self, sequences, inputs):
         """The label texts as transformers tokenizes them: padded to the longest (CLIP), or to
@@ -121,20 +106,3 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
         scores = sigmoid(out["logits"]) if self.siglip else softmax(out["logits"])
         pairs = sorted(zip(scores.tolist(), out["labels"]), key=lambda x: -x[0])
         return [{"score": score, "label": label} for score, label in pairs]
-
-
-def _unit(x):
-    """CLIPModel's ``x / x.norm(p=2, dim=-1, keepdim=True)``."""
-    x = np.asarray(x, np.float32)
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
-def _load_text_model(repo, vision_model, variant):
-    from ...model import load
-
-    if repo is None:
-        raise PipelineError("A split vision_model loaded by hand needs text_model= (the text "
-                            "half's transmuter.Model) or config= its repo folder")
-    file = repo.choose("text_model", variant).path
-    return load(repo.fetch_onnx(file), backend=vision_model.backend.name,
-                compute_type=vision_model.compute_type)
