@@ -109,43 +109,36 @@ def _largest_id(tokenizer):
 
 
 def _image_processor(processor, repo, where):
-    from .. import hub
     from ..preprocess.image import ImageProcessor
 
-    if isinstance(processor, ImageProcessor):
-        return processor
-    if isinstance(processor, dict):
-        return ImageProcessor.from_config(processor)
-    if processor is not None:
-        repo = hub.resolve(processor, **where)
-    if repo is None:
-        raise PipelineError("Give image_processor= (a preprocessor_config.json dict, a transmuter "
-                            "ImageProcessor, or a folder) with a model loaded by hand")
-    settings = repo.json("preprocessor_config.json")
-    if settings is None:
-        raise PipelineError(f"{repo.label} has no preprocessor_config.json, so its images cannot "
-                            "be prepared as the model expects; give image_processor=")
-    return ImageProcessor.from_config(settings)
+    return _preprocessor(processor, repo, where, ImageProcessor, "image_processor", "images")
 
 
 def _feature_extractor(extractor, repo, where):
-    from .. import hub
     from ..preprocess.audio_features import FeatureExtractor
 
-    if isinstance(extractor, FeatureExtractor):
-        return extractor
-    if isinstance(extractor, dict):
-        return FeatureExtractor.from_config(extractor)
-    if extractor is not None:
-        repo = hub.resolve(extractor, **where)
+    return _preprocessor(extractor, repo, where, FeatureExtractor, "feature_extractor", "audio")
+
+
+def _preprocessor(given, repo, where, cls, option, what):
+    """An image processor or feature extractor: ``given`` as it is (a ``cls``), from a
+    preprocessor_config.json dict, or from a repo/folder (the model's own by default)."""
+    from .. import hub
+
+    if isinstance(given, cls):
+        return given
+    if isinstance(given, dict):
+        return cls.from_config(given)
+    if given is not None:
+        repo = hub.resolve(given, **where)
     if repo is None:
-        raise PipelineError("Give feature_extractor= (a preprocessor_config.json dict, a "
-                            "transmuter FeatureExtractor, or a folder) with a model loaded by hand")
+        raise PipelineError(f"Give {option}= (a preprocessor_config.json dict, a transmuter "
+                            f"{cls.__name__}, or a folder) with a model loaded by hand")
     settings = repo.json("preprocessor_config.json")
     if settings is None:
-        raise PipelineError(f"{repo.label} has no preprocessor_config.json, so its audio cannot "
-                            "be prepared as the model expects; give feature_extractor=")
-    return FeatureExtractor.from_config(settings)
+        raise PipelineError(f"{repo.label} has no preprocessor_config.json, so its {what} cannot "
+                            f"be prepared as the model expects; give {option}=")
+    return cls.from_config(settings)
 
 
 _FEATURIZERS = {"tokenizer": _tokenizer, "image_processor": _image_processor,
