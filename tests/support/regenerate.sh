@@ -37,6 +37,7 @@ time "$EXPORT" tests/support/record_tts.py  # text-to-speech waveforms in full: 
 time "$EXPORT" tests/support/record_tts_tokenizers.py  # VitsTokenizer / SpeechT5Tokenizer ids
 time "$EXPORT" tests/support/families_audio_more.py  # wav2vec2-classifier, hubert-ctc (wav2vec2's vocab, the cases above)
 time "$EXPORT" tests/support/families_audio_clap_split.py  # clap-split: the clap fixture's weights as text_model / audio_model
+time "$EXPORT" tests/support/families_audio_moonshine.py  # moonshine: encoder + merged decoder, ASR cases on the speech
 time "$EXPORT" tests/support/families_vision_more.py
 time "$EXPORT" tests/support/families_vision_owl.py
 time "$EXPORT" tests/support/families_vision_rtdetr.py
