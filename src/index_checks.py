@@ -26,6 +26,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import InputError, OpError
+from .graph import Graph, walk
 
 # Ops whose output holds exactly the values of their first input (in another shape): a graph
 # input through them still indexes with its own values. The first two also keep the layout, so
@@ -158,13 +159,21 @@ def _input_message(use, bad):
 
 
 def _find_uses(model):
+    """Every (graph input, index operand) pair, in the graph and in its subgraphs (a merged
+    decoder gathers ``input_ids`` inside the branches of its ``If``: they read it by name)."""
     graph = model.graph
     readers, producers = {}, {}
-    for node in graph.nodes:
+    shapes = {name: tuple(v.shape) for table in (model.constants, model.params)
+              for name, v in table.items() if getattr(v, "shape", None) is not None}
+    for node in walk(graph):
         for i, name in enumerate(node.inputs):
             if name:
                 readers.setdefault(name, []).append((node, i))
         producers.update({out: node for out in node.outputs if out})
+        for value in node.attrs.values():
+            for sub in value if isinstance(value, list) else [value]:
+                if isinstance(sub, Graph):
+                    shapes.update({k: tuple(v.shape) for k, v in sub.initializers.items()})
     inputs = {v.name for v in graph.inputs}
     uses = []
     for info in graph.inputs:
@@ -180,12 +189,18 @@ def _find_uses(model):
                 for position, spec in node.opdef.indices:
                     if position == i and (layout or not spec.columns) \
                             and spec.data < len(node.inputs):
-                        use = _use(info.name, node, spec, model, producers, inputs)
-                        if use is not None:
+                        use = _use(info.name, node, spec, shapes, producers, inputs)
+                        if use is not None and not any(_same(use, u) for u in uses):
                             uses.append(use)
                 if i == 0 and _keeps_values(node):
                     frontier.append((node.outputs[0], layout and node.op_type in KEEPS_LAYOUT))
     return uses
+
+
+def _same(a, b):
+    """Two uses that check the same thing (a merged decoder's two branches gather one table)."""
+    return (a.input, a.data_name, a.data_shape, a.data_input, a.spec, a.node.attrs) == \
+        (b.input, b.data_name, b.data_shape, b.data_input, b.spec, b.node.attrs)
 
 
 def _keeps_values(node):
@@ -199,21 +214,30 @@ def _keeps_values(node):
     return True
 
 
-def _use(input_name, node, spec, model, producers, inputs):
-    data = name = node.inputs[spec.data]
-    while data:
-        if data in inputs:
-            return Use(input_name, node, spec, name, None, data)
-        for table in (model.constants, model.params):
-            if data in table and getattr(table[data], "shape", None) is not None:
-                return Use(input_name, node, spec, name, tuple(table[data].shape), None)
-        producer = producers.get(data)
-        if producer is None:
-            return None
-        value = producer.attrs.get("value") if producer.op_type == "Constant" else None
-        if isinstance(value, np.ndarray):
-            return Use(input_name, node, spec, name, value.shape, None)
-        if producer.op_type not in KEEPS_SHAPE or producer.domain not in ("", "ai.onnx"):
-            return None
-        data = producer.inputs[0] if producer.inputs else None
-    return None
+def _use(input_name, node, spec, shapes, producers, inputs):
+    """The Use of ``node``'s data when its shape is known before the call, else None."""
+    name = node.inputs[spec.data]
+    if name in inputs:
+        return Use(input_name, node, spec, name, None, name)
+    shape = _static_shape(name, shapes, producers)
+    return None if shape is None else Use(input_name, node, spec, name, shape, None)
+
+
+def _static_shape(name, shapes, producers, depth=0):
+    """The shape of value ``name`` known at load: a weight, a Constant, or one of those through
+    ops that keep its shape or transpose it (a tied embedding: Transpose of the lm_head)."""
+    if name in shapes:
+        return shapes[name]
+    producer = producers.get(name)
+    if producer is None or producer.domain not in ("", "ai.onnx") or depth > 8:
+        return None
+    if producer.op_type == "Constant":
+        value = producer.attrs.get("value")
+        return tuple(value.shape) if isinstance(value, np.ndarray) else None
+    if producer.op_type not in KEEPS_SHAPE | {"Transpose"} or not producer.inputs:
+        return None
+    shape = _static_shape(producer.inputs[0], shapes, producers, depth + 1)
+    if shape is None or producer.op_type != "Transpose":
+        return shape
+    perm = producer.attrs.get("perm", list(reversed(range(len(shape)))))
+    return tuple(shape[p] for p in perm) if sorted(perm) == list(range(len(shape))) else None

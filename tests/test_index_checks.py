@@ -232,6 +232,34 @@ def test_index_inputs_of_each_op_are_checked(case, backend):
                                   reference(proto, {"ids": good})["y"])
 
 
+def branch(name, table):
+    return helper.make_graph([helper.make_node("Gather", [table, "ids"], [f"{name}_y"],
+                                               name=f"{name}_gather")],
+                             name, [], [info(f"{name}_y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_indices_read_inside_if_branches_and_tied_tables_are_checked(backend):
+    """A merged decoder gathers input_ids inside its If's branches (read by name from the outer
+    graph); a tied embedding gathers from the Transpose of the lm_head weight [hidden, vocab]."""
+    lm_head = np.arange(10, dtype=np.float32).reshape(2, 5)  # 5 rows once transposed
+    proto = make_model(
+        [helper.make_node("Transpose", ["lm_head"], ["tied"], perm=[1, 0]),
+         helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", "tied"),
+                          else_branch=branch("else", "tied"))],
+        [info("ids", TensorProto.INT64, [1, 3]), info("cond", TensorProto.BOOL, [])],
+        [info("y", TensorProto.FLOAT, None)], {"lm_head": lm_head})
+    model = transmuter.load(proto, backend=backend)
+    for cond in (True, False):
+        feed = {"ids": np.array([[0, 4, -5]], np.int64), "cond": np.array(cond)}
+        np.testing.assert_array_equal(np.asarray(model(**feed)["y"]),  # copies: exact
+                                      reference(proto, feed)["y"])
+        feed["ids"] = np.array([[0, 5, 1]], np.int64)
+        refused_by_onnxruntime(proto, feed)
+        with pytest.raises(InputError, match=r"'ids' holds 5 at \[0, 1\].*'tied'.*\[-5, 4\]"):
+            model(**feed)
+
+
 def test_data_given_by_the_caller_sets_the_range():
     """GatherElements of one input by another: the range is the data input's axis at the call."""
     proto = make_model([helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)],
