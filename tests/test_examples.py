@@ -162,3 +162,47 @@ def test_tag_photos(tmp_path):
         assert [t["label"] for t in row["tags"]] == [t["label"] for t in tags[:2]]
         assert all(abs(a["score"] - b["score"]) < TOL for a, b in zip(row["tags"], tags))
         assert sum(row["objects"].values()) == len(found)
+
+
+def test_transcribe_srt(tmp_path):
+    """A .srt beside each recording, one numbered cue per chunk of the pipeline's segment
+    timestamps (the pipeline's Whisper outputs are checked against transformers in
+    test_pipelines_audio.py); the tiny Whisper fixture's windows are 1 s."""
+    import re
+    import shutil
+
+    import soundfile
+
+    folder = tmp_path / "talks"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(ROOT / "speech" / "cat_16k.wav", folder / "cat.wav")
+    shutil.copy(ROOT / "speech" / "fox_16k.wav", folder / "sub" / "fox.wav")
+    made = []
+
+    def pipeline(task, model, **options):  # the real factory; the pipeline kept to ask it again
+        made.append(transmuter.pipelines.pipeline(task, model, **options))
+        return made[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transmuter, "pipeline", pipeline)
+        example("transcribe_srt").main([str(ROOT / "whisper"), str(folder), "--chunk-length", "1",
+                                        "--batch-size", "2", "--num-beams", "1"])
+    time = r"(\d\d):(\d\d):(\d\d),(\d\d\d)"
+    for wav in (folder / "cat.wav", folder / "sub" / "fox.wav"):
+        chunks = made[0](str(wav), return_timestamps=True, chunk_length_s=1.0,
+                         generate_kwargs={"num_beams": 1})["chunks"]
+        chunks = [c for c in chunks if c["text"].strip()]  # a segment with no words has no cue
+        cues = wav.with_suffix(".srt").read_text(encoding="utf-8").split("\n\n")
+        assert chunks and len(cues) == len(chunks)
+        for i, (cue, chunk) in enumerate(zip(cues, chunks), 1):
+            index, times, text = cue.rstrip("\n").split("\n", 2)
+            assert index == str(i) and text == chunk["text"].strip()
+            match = re.fullmatch(f"{time} --> {time}", times)
+            assert match, times
+            h, m, s, ms = (int(x) for x in match.groups()[:4])
+            start, end = chunk["timestamp"]
+            assert abs(h * 3600 + m * 60 + s + ms / 1000 - start) <= 5e-4  # rounded to the ms
+            h, m, s, ms = (int(x) for x in match.groups()[4:])
+            if end is None:  # an open segment ends with the recording
+                end = soundfile.info(str(wav)).duration
+            assert abs(h * 3600 + m * 60 + s + ms / 1000 - end) <= 5e-4
