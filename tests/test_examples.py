@@ -206,3 +206,13 @@ def test_transcribe_srt(tmp_path):
             if end is None:  # an open segment ends with the recording
                 end = soundfile.info(str(wav)).duration
             assert abs(h * 3600 + m * 60 + s + ms / 1000 - end) <= 5e-4
+
+
+def test_transcribe_srt_cues():
+    """SubRip's HH:MM:SS,mmm; an open last segment (end None) ends with the recording; a segment
+    with no words makes no cue."""
+    srt = example("transcribe_srt").subrip(
+        [{"timestamp": (0.0, 1.5), "text": " Hello."}, {"timestamp": (2.0, 2.5), "text": " "},
+         {"timestamp": (3661.0015, None), "text": " World"}], lambda: 3725.25)
+    assert srt == ("1\n00:00:00,000 --> 00:00:01,500\nHello.\n\n"
+                   "2\n01:01:01,002 --> 01:02:05,250\nWorld\n")
