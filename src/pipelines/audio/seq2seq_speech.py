@@ -21,7 +21,8 @@ import numpy as np
 
 from ...generation import GenerationConfig
 from ...generation.config import check_options
-from ...generation.seq2seq import Encoded, Seq2SeqGenerator
+from ...generation.seq2seq import Encoded
+from .. import encoder_decoder
 from ..base import PipelineError
 from ..buckets import next_pow2
 
@@ -44,13 +45,8 @@ class Head:
     align_to = 1  # no inputs_to_logits_ratio: windows are cut at any sample, as transformers
 
     def __init__(self, pipe, model, config, *, repo=None, encoder=None, encoder_variant=None):
-        from ..text.text2text import _load_encoder
-
         self.pipe, self.config = pipe, dict(config or {})
-        self.generator = model.shared.get("seq2seq")
-        if self.generator is None or encoder is not None:
-            encoder = encoder or _load_encoder(repo, model, encoder_variant)
-            self.generator = model.shared["seq2seq"] = Seq2SeqGenerator(encoder, model, config)
+        self.generator = encoder_decoder.generator(model, config, repo, encoder, encoder_variant)
         self.file = repo.json("generation_config.json", {}) if repo else {}
 
     def sanitize(self, return_timestamps, return_language, options):

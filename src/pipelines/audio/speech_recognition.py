@@ -1,6 +1,6 @@
 """automatic-speech-recognition: transformers' AutomaticSpeechRecognitionPipeline over CTC models
-(wav2vec2, HuBERT, Data2Vec audio, Wav2Vec2-BERT: ctc.py) and Whisper (encoder + merged decoder:
-whisper.py).
+(wav2vec2, HuBERT, Data2Vec audio, Wav2Vec2-BERT: ctc.py), Whisper (encoder + merged decoder:
+whisper.py) and Moonshine (seq2seq_speech.py).
 
     pipe("speech.wav")                                   -> {"text": "HELLO WORLD"}
     pipe(clip, return_timestamps="word")                 -> {"text": ..., "chunks": [...]}
@@ -25,14 +25,15 @@ class AutomaticSpeechRecognitionPipeline(AudioPipeline):
 
     def __init__(self, model, config=None, *, tokenizer, repo=None, encoder=None,
                  encoder_variant=None, **kwargs):
-        from . import ctc, whisper
+        from . import ctc, seq2seq_speech, whisper
 
         self.tokenizer = tokenizer
-        kind = whisper if whisper.is_whisper(config) else ctc if ctc.is_ctc(config, model) \
-            else None
+        kind = whisper if whisper.is_whisper(config) else \
+            seq2seq_speech if seq2seq_speech.is_seq2seq_speech(config) else \
+            ctc if ctc.is_ctc(config, model) else None
         if kind is None:
             raise PipelineError(f"{self.task} runs CTC models (wav2vec2, HuBERT, ...: a "
-                                "*ForCTC config.json) and Whisper; this model is "
+                                "*ForCTC config.json), Whisper and Moonshine; this model is "
                                 f"{(config or {}).get('architectures') or 'of no known kind'}")
         self.head = kind.Head(self, model, config, repo=repo, encoder=encoder,
                               encoder_variant=encoder_variant)

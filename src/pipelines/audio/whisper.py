@@ -21,7 +21,7 @@ import numpy as np
 
 from ...generation import GenerationConfig
 from ...generation.config import check_options
-from ...generation.seq2seq import Seq2SeqGenerator
+from .. import encoder_decoder
 from ..base import PipelineError
 
 # transformers' AutomaticSpeechRecognitionPipeline._default_generation_config
@@ -37,13 +37,8 @@ class Head:
     align_to = 1  # Whisper has no inputs_to_logits_ratio: windows are cut at any sample
 
     def __init__(self, pipe, model, config, *, repo=None, encoder=None, encoder_variant=None):
-        from ..text.text2text import _load_encoder
-
         self.pipe, self.config = pipe, dict(config or {})
-        self.generator = model.shared.get("seq2seq")
-        if self.generator is None or encoder is not None:
-            encoder = encoder or _load_encoder(repo, model, encoder_variant)
-            self.generator = model.shared["seq2seq"] = Seq2SeqGenerator(encoder, model, config)
+        self.generator = encoder_decoder.generator(model, config, repo, encoder, encoder_variant)
         self.file = repo.json("generation_config.json", {}) if repo else {}
         self.lang_to_id = self.file.get("lang_to_id") or {}
         self.task_to_id = self.file.get("task_to_id") or {}

@@ -22,7 +22,7 @@ target's token forced first (``forced_bos_token_id``). ``translation`` needs bot
 
 from ...generation import GenerationConfig
 from ...generation.config import OPTIONS, check_options
-from ...generation.seq2seq import Seq2SeqGenerator
+from .. import encoder_decoder
 from ..base import PipelineError
 from .base import TextPipeline, check_text
 
@@ -38,12 +38,7 @@ class Text2TextGenerationPipeline(TextPipeline):
 
     def __init__(self, model, config=None, *, repo=None, encoder=None,
                  encoder_variant=None, **kwargs):
-        # one generator per decoder model, shared by the pipelines over it (each step shape
-        # compiles once); it lives on the model and dies with it
-        self.generator = model.shared.get("seq2seq")
-        if self.generator is None or encoder is not None:
-            encoder = encoder or _load_encoder(repo, model, encoder_variant)
-            self.generator = model.shared["seq2seq"] = Seq2SeqGenerator(encoder, model, config)
+        self.generator = encoder_decoder.generator(model, config, repo, encoder, encoder_variant)
         self.generation_file = repo.json("generation_config.json", {}) if repo else {}
         params = dict((config or {}).get("task_specific_params") or {}).get(self.task) or {}
         self.prefix = params.get("prefix", (config or {}).get("prefix")) or ""
@@ -158,18 +153,4 @@ class TranslationPipeline(Text2TextGenerationPipeline):
     @classmethod
     def for_task(cls, task):
         return type(cls.__name__, (cls,), {"task": task})
-
-
-def _load_encoder(repo, decoder, variant):
-    """The repo's encoder_model: the decoder's half precision when its encoder input is half,
-    else ``variant`` or the repo's default (config.json / fp32 first)."""
-    from ...model import load
-    if repo is None:
-        raise PipelineError("An encoder-decoder model loaded by hand needs encoder= (the "
-                            "encoder's transmuter.Model) or config= its repo folder")
-    states = next((v for v in decoder.inputs if v.name == "encoder_hidden_states"), None)
-    if variant is None and states is not None and str(states.dtype) == "float16":
-        variant = "fp16"
-    file = repo.choose("encoder_model", variant).path
-    return load(repo, file, backend=decoder.backend.name, compute_type=decoder.compute_type)
 
