@@ -10,12 +10,15 @@ values are known, on the host, from the ops' ``indices=`` metadata (ops/bounds.p
 - **Graph inputs** that reach an op's indices as they are or through ops that keep every value
   (Cast to an integer type, Reshape, Unsqueeze, Squeeze, Flatten, Expand, Transpose, Identity):
   ``input_ids`` into the embedding table, ``token_type_ids`` into the type table. ``InputIndices``
-  finds them once per model; before each call a min and a max per such input (microseconds) say
-  whether all is well, else an InputError names the input, the value, its position and the range.
-  The indexed data must have a shape known before the call: an initializer, a Constant, or
-  another graph input (through Cast, Identity, DequantizeLinear).
+  finds them once per model, in subgraphs too (a merged decoder's If branches read input_ids
+  by name); before each call a min and a max per such input (microseconds) say whether all is
+  well, else an InputError names the input, the value, its position and the range. The indexed
+  data must have a shape known before the call: a weight or a Constant (also through Cast,
+  Identity, DequantizeLinear, Transpose: a tied embedding), or another graph input.
 - **Indices computed inside the graph** from data (an ArgMax, arithmetic on positions) are only
   known inside the compiled function, where nothing can raise: they are not checked.
+  (jax.experimental.checkify could raise there, but it changes every compiled function's
+  signature and adds a device-to-host read per call, and MLX has nothing like it.)
 
 ``load(..., checks=False)`` (or ``compile``'s / ``run``'s ``checks=``) skips the input checks.
 """
