@@ -63,11 +63,14 @@ def main(argv=None):
                         help="window length in seconds (Whisper's is 30)")
     parser.add_argument("--num-beams", type=int, default=None,
                         help="beam width (default: the pipeline's 5; 1 is greedy and faster)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="tokens per window at most (default: the model's max_length)")
     args = parser.parse_args(argv)
 
     files = recordings(args.folder)
     asr = transmuter.pipeline("automatic-speech-recognition", args.model)
-    generate = {} if args.num_beams is None else {"num_beams": args.num_beams}
+    generate = {k: v for k, v in (("num_beams", args.num_beams),
+                                  ("max_new_tokens", args.max_new_tokens)) if v is not None}
     results = asr((str(f) for f in files), return_timestamps=True, chunk_length_s=args.chunk_length,
                   batch_size=args.batch_size, progress=True, generate_kwargs=generate)
     for file, result in zip(files, results):
