@@ -11,7 +11,7 @@ blank (pad) token dropped, the word delimiter read as a space; ``offsets`` gives
 import itertools
 import json
 
-from .tokenizer import TokenizerError
+from .tokenizer import TokenizerError, repo_config
 
 
 class CTCTokenizer:
@@ -27,9 +27,7 @@ class CTCTokenizer:
 
     @classmethod
     def from_repo(cls, repo):
-        config = repo.json("tokenizer_config.json", {})
-        config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
-                       if k not in config})
+        config = repo_config(repo)
         with open(repo.file("vocab.json"), encoding="utf-8") as f:
             vocab = json.load(f)
         if vocab and all(isinstance(v, dict) for v in vocab.values()):  # MMS: one per language

@@ -7,7 +7,8 @@ transformers.js' SigLIP repos ship a tokenizer.json, which ``Tokenizer`` reads i
 import re
 import string
 
-from .tokenizer import Tokenizer, TokenizerError, _check_text, _content, _Encoding, _split_keep
+from .tokenizer import (Tokenizer, TokenizerError, _check_text, _content, _Encoding, _split_keep,
+                        repo_config)
 
 SPIECE_UNDERLINE = "\u2581"
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -32,9 +33,7 @@ class SiglipTokenizer:
 
     @classmethod
     def from_repo(cls, repo):
-        config = repo.json("tokenizer_config.json", {})
-        config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
-                       if k not in config})
+        config = repo_config(repo)
         return cls(repo.file("spiece.model"), config)
 
     def encode(self, text, pair=None, *, add_special_tokens=True, max_length=None,

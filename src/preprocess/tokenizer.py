@@ -25,6 +25,15 @@ _STRATEGIES = {"longest_first": "longest_first", True: "longest_first",
                "only_first": "only_first", "only_second": "only_second"}
 
 
+
+def repo_config(repo):
+    """A repo's tokenizer_config.json, with special_tokens_map.json filling the keys it lacks or
+    leaves null (NLLB's additional_special_tokens)."""
+    config = repo.json("tokenizer_config.json", {})
+    config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
+                   if config.get(k) is None})
+    return config
+
 class TokenizerError(TransmuterError, ValueError):
     """The repo has no usable tokenizer, or an input cannot be tokenized."""
 
@@ -78,10 +87,7 @@ class Tokenizer:
         if not repo.has("tokenizer.json"):
             raise TokenizerError(f"{repo.label} has no tokenizer.json (only fast tokenizers are "
                                  "supported); pass tokenizer=... or use a repo that has one")
-        config = repo.json("tokenizer_config.json", {})
-        # a key the config leaves null (NLLB's additional_special_tokens) comes from the map
-        config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
-                       if config.get(k) is None})
+        config = repo_config(repo)
         return cls(Backend.from_file(repo.file("tokenizer.json")), config)
 
     def _special_ids(self):
@@ -299,9 +305,7 @@ class MarianTokenizer:
     @classmethod
     def from_repo(cls, repo):
         import json
-        config = repo.json("tokenizer_config.json", {})
-        config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
-                       if k not in config})
+        config = repo_config(repo)
         with open(repo.file("vocab.json"), encoding="utf-8") as f:
             vocab = json.load(f)
         target = "target.spm" if repo.has("target.spm") else "source.spm"

@@ -20,7 +20,8 @@ import json
 import re
 
 from ..errors import InputError
-from .tokenizer import NO_LIMIT, TokenizerError, _check_text, _content, _Encoding, Tokenizer
+from .tokenizer import (NO_LIMIT, Tokenizer, TokenizerError, _check_text, _content, _Encoding,
+                        repo_config)
 
 _NON_ASCII = re.compile(r"[^\x00-\x7F]")
 
@@ -66,9 +67,7 @@ class VitsTokenizer:
         repo = hub.resolve(repo) if not isinstance(repo, hub.Repo) else repo
         if not repo.has("vocab.json"):
             raise TokenizerError(f"{repo.label} has no vocab.json, which a VITS tokenizer reads")
-        config = repo.json("tokenizer_config.json", {})
-        config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
-                       if k not in config})
+        config = repo_config(repo)
         with open(repo.file("vocab.json"), encoding="utf-8") as f:
             return cls(json.load(f), config)
 

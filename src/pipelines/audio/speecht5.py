@@ -22,7 +22,8 @@ import numpy as np
 
 from ...compiled import CompiledFunction
 from ...errors import InputError
-from ...preprocess.tokenizer import NO_LIMIT, TokenizerError, _check_text, _content, _Encoding
+from ...preprocess.tokenizer import (NO_LIMIT, TokenizerError, _check_text, _content, _Encoding,
+                                    repo_config)
 from ..base import PipelineError
 
 COMPONENTS = ("encoder_model", "decoder_model_merged", "decoder_postnet_and_vocoder")
@@ -63,9 +64,7 @@ class SpeechT5Tokenizer:
     def from_repo(cls, repo):
         if not repo.has("spm_char.model"):
             raise TokenizerError(f"{repo.label} has no spm_char.model, SpeechT5's tokenizer")
-        config = repo.json("tokenizer_config.json", {})
-        config.update({k: v for k, v in repo.json("special_tokens_map.json", {}).items()
-                       if k not in config})
+        config = repo_config(repo)
         return cls(repo.file("spm_char.model"), config)
 
     def encode(self, text, **_):
