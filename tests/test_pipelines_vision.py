@@ -187,6 +187,10 @@ def test_siglip_equals_onnxruntime_on_the_same_inputs():
 def test_split_clip_needs_its_logit_scale():
     with pytest.raises(transmuter.pipelines.PipelineError, match="logit_scale="):
         transmuter.pipeline("zero-shot-image-classification", ROOT / "clip-split")
+    for bad in (-1.0, float("nan"), "100", True):
+        with pytest.raises(transmuter.pipelines.PipelineError, match="logit_scale for the split"):
+            transmuter.pipeline("zero-shot-image-classification", ROOT / "clip-split",
+                                logit_scale=bad)
 
 
 def test_split_clip_embeds_each_label_set_once():

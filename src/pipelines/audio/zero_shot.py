@@ -13,20 +13,18 @@ ClapModel's ``logit_scale * unit(audio_embeds) @ unit(text_embeds).T``, with eac
 embeddings computed once and kept.
 """
 
-import numbers
-
-import numpy as np
-
 from ..base import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import softmax
-from ..zero_shot_labels import (LabelEmbeddings, check_labels, check_template, component,
-                                load_text_model, unit)
+from ..zero_shot_labels import (LabelEmbeddings, ZeroShotLabels, check_scale, component,
+                                load_text_model)
 from .base import AudioPipeline
 
 
-class ZeroShotAudioClassificationPipeline(AudioPipeline):
+class ZeroShotAudioClassificationPipeline(ZeroShotLabels, AudioPipeline):
     task = "zero-shot-audio-classification"
+    item, default_template = "audio", "This is a sound of {}."
+    logits_output, embeds_output = "logits_per_audio", "audio_embeds"
     featurizers = ("feature_extractor", "tokenizer")
     encoder_component = "text_model"  # the split layout's second graph; it takes variant= too
 
@@ -34,9 +32,9 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
                  encoder_variant=None, logit_scale=None, **kwargs):
         self.tokenizer = tokenizer
         names = {v.name for v in model.outputs}
-        self.joint = "logits_per_audio" in names
+        self.joint = self.logits_output in names
         if not self.joint:
-            if "audio_embeds" not in names:
+            if self.embeds_output not in names:
                 raise PipelineError(f"{self.task} runs CLAP exports (a joint model.onnx with "
                                     "logits_per_audio, or an audio_model.onnx with audio_embeds); "
                                     f"this graph gives {sorted(names)}")
@@ -54,38 +52,6 @@ class ZeroShotAudioClassificationPipeline(AudioPipeline):
     def onnx_component(repo):
         """The joint model.onnx when the repo has one, else the split audio_model.onnx."""
         return component(repo, "audio_model")
-
-    def _sanitize_parameters(self, candidate_labels=None,
-                             hypothesis_template="This is a sound of {}.", **unknown):
-        super()._sanitize_parameters(**unknown)
-        if candidate_labels is None:
-            return {}, {"labels": None}, {}
-        labels = check_labels(candidate_labels, self.task)
-        return {}, {"labels": labels, "template": check_template(hypothesis_template)}, {}
-
-    def _forward_group(self, chunks, labels=None, template=None):
-        if labels is None:
-            raise PipelineError(f"{self.task} needs candidate_labels=[...]")
-        texts = [template.format(x) for x in labels]
-        if self.joint:
-            feed = {**self._feed(chunks), **self._text_feed(texts, self._inputs)}
-            logits = self.output(self._run_model(feed), "logits_per_audio")
-        else:
-            audio = unit(self.output(self._run_model(self._feed(chunks)), "audio_embeds"))
-            logits = self.scale * audio @ self._label_embeddings(texts).T
-        return [dict(c, labels=labels, logits=logits[i]) for i, c in enumerate(chunks)]
-
-    def _feed(self, chunks):
-        items = [c["audio"] for c in chunks]
-        audio_inputs = {k: v for k, v in self._inputs.items() if k not in TEXT_INPUTS}
-        feed = self.featurizer.batch(items, self._rows(len(items)), audio_inputs, self.task)
-        return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
-
-    def _label_embeddings(self, texts):
-        """Unit text embeddings of ``texts`` (split layout), computed once per label set."""
-        inputs = {v.name: v for v in self.text_model.inputs}
-        return self._label_sets.embed(texts, lambda t: self._run_model(
-            self._text_feed(t, inputs), self.text_model))
 
     def _text_feed(self, texts, inputs):
         """The label texts tokenized as transformers does (padded to the longest), once per
@@ -117,8 +83,4 @@ def _logit_scale(logit_scale):
         raise PipelineError("Split text_model / audio_model files hold no logit scale: give "
                             "logit_scale= (the trained model's multiplier, exp of its stored "
                             "logit_scale_a), or use a repo with the joint model.onnx")
-    if isinstance(logit_scale, bool) or not isinstance(logit_scale, numbers.Real) or \
-            not np.isfinite(logit_scale) or logit_scale <= 0:
-        raise PipelineError(f"logit_scale must be a positive number (exp of the stored log "
-                            f"scale), got {logit_scale!r:.80}")
-    return float(logit_scale)
+    return check_scale(logit_scale, "logit_scale", "audio_model")

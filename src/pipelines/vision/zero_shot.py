@@ -15,15 +15,17 @@ with only those needs ``logit_scale=`` (and ``logit_bias=``), the trained values
 from ..base import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import sigmoid, softmax
-from ..zero_shot_labels import (LabelEmbeddings, check_labels, check_template, component,
-                                load_text_model, unit)
+from ..zero_shot_labels import (LabelEmbeddings, ZeroShotLabels, check_scale, component,
+                                load_text_model)
 from .base import VisionPipeline
 
 SIGLIP_LENGTH = 64  # ZeroShotImageClassificationPipeline.preprocess: max_length=64 for SigLIP
 
 
-class ZeroShotImageClassificationPipeline(VisionPipeline):
+class ZeroShotImageClassificationPipeline(ZeroShotLabels, VisionPipeline):
     task = "zero-shot-image-classification"
+    item, default_template = "image", "This is a photo of {}."
+    logits_output, embeds_output = "logits_per_image", "image_embeds"
     featurizers = ("image_processor", "tokenizer")
     encoder_component = "text_model"  # the split layout's second graph; it takes variant= too
 
@@ -32,9 +34,9 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
         self.tokenizer = tokenizer
         self.siglip = "siglip" in str((config or {}).get("model_type", ""))
         names = {v.name for v in model.outputs}
-        self.joint = "logits_per_image" in names
+        self.joint = self.logits_output in names
         if not self.joint:
-            if "image_embeds" not in names:
+            if self.embeds_output not in names:
                 raise PipelineError(f"{self.task} runs CLIP / SigLIP exports (a joint model.onnx "
                                     "with logits_per_image, or a vision_model.onnx with "
                                     f"image_embeds); this graph gives {sorted(names)}")
@@ -56,40 +58,8 @@ class ZeroShotImageClassificationPipeline(VisionPipeline):
                                 f"{' or bias' if self.siglip else ''}: give {need} (the trained "
                                 "model's values; logit_scale is the multiplier, exp of the stored "
                                 "log scale), or use a repo with the joint model.onnx")
-        return float(logit_scale), float(logit_bias or 0.0)
-
-    def _sanitize_parameters(self, candidate_labels=None,
-                             hypothesis_template="This is a photo of {}.", **unknown):
-        super()._sanitize_parameters(**unknown)
-        if candidate_labels is None:
-            return {}, {"labels": None}, {}
-        labels = check_labels(candidate_labels, self.task)
-        return {}, {"labels": labels, "template": check_template(hypothesis_template)}, {}
-
-    def _forward_group(self, chunks, labels=None, template=None):
-        if labels is None:
-            raise PipelineError(f"{self.task} needs candidate_labels=[...]")
-        texts = [template.format(x) for x in labels]
-        if self.joint:
-            feed = {**self._feed(chunks), **self._text_feed(texts, self._inputs)}
-            logits = self.output(self._run_model(feed), "logits_per_image")
-        else:
-            images = unit(self.output(self._run_model(self._feed(chunks)), "image_embeds"))
-            logits = self.scale * images @ self._label_embeddings(texts).T + self.bias
-        return [dict(c, labels=labels, logits=logits[i]) for i, c in enumerate(chunks)]
-
-    def _feed(self, chunks):
-        text = set(TEXT_INPUTS) & set(self._inputs)
-        items = [c["image"] for c in chunks]
-        image_inputs = {k: v for k, v in self._inputs.items() if k not in text}
-        feed = self.featurizer.batch(items, self._rows(len(items)), image_inputs, self.task)
-        return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
-
-    def _label_embeddings(self, texts):
-        """Unit text embeddings of ``texts``, computed once per label set."""
-        inputs = {v.name: v for v in self.text_model.inputs}
-        return self._label_sets.embed(texts, lambda t: self._run_model(
-            self._text_feed(t, inputs), self.text_model))
+        return (check_scale(logit_scale, "logit_scale", "vision_model"),
+                check_scale(logit_bias, "logit_bias", "vision_model") or 0.0)
 
     def _text_feed(self, sequences, inputs):
         """The label texts as transformers tokenizes them: padded to the longest (CLIP), or to
