@@ -239,3 +239,10 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
         raise ModelLoadError(f"file={file!r} applies only when source is a Hub id or a folder")
     return Model(read_proto(source), backend=backend, compute_type=compute_type,
                  trainable=trainable, checks=checks)
+
+
+def load_beside(model, repo, file):
+    """Another graph of ``model``'s repo (an encoder, a text half, a vocoder) on the same backend,
+    compute type and ``checks``: a pipeline's side models take the options of its main one."""
+    return load(repo, file, backend=model.backend.name, compute_type=model.compute_type,
+                checks=model.checks)

@@ -303,3 +303,17 @@ def test_pipeline_call_refuses_ids_past_the_table(backend):
     with pytest.raises(InputError, match=r"'input_ids' holds 600 at \[0, \d+\].*\[-600, 599\]"):
         pipe("a zebraword")
     assert np.allclose(pipe("a zebra"), plain)  # the pipeline still works on good input
+
+
+@pytest.mark.parametrize("checks", [True, False])
+def test_side_models_take_the_pipelines_checks(checks):
+    """An encoder-decoder's encoder and a split zero-shot model's text half are loaded by the
+    pipeline, beside the model it was asked for: they follow its checks= and backend."""
+    t5 = transmuter.pipeline("text2text-generation", fixtures.ROOT / "t5", variant="fp32", checks=checks,
+                             backend="mlx")
+    t5("translate: hi", max_new_tokens=1, num_beams=1)  # the generator loads the encoder
+    encoder = t5.generator.encoder
+    assert (encoder.checks, encoder.backend.name) == (checks, "mlx")
+    clip = transmuter.pipeline("zero-shot-image-classification", fixtures.ROOT / "clip-split",
+                               logit_scale=100.0, checks=checks)
+    assert clip.text_model.checks is checks

@@ -19,7 +19,7 @@ def generator(model, config, repo=None, encoder=None, encoder_variant=None):
 def load_encoder(repo, decoder, variant):
     """The repo's encoder_model: the decoder's half precision when its encoder input is half,
     else ``variant`` or the repo's default (config.json / fp32 first)."""
-    from ..model import load
+    from ..model import load_beside
 
     if repo is None:
         raise PipelineError("An encoder-decoder model loaded by hand needs encoder= (the "
@@ -28,4 +28,4 @@ def load_encoder(repo, decoder, variant):
     if variant is None and states is not None and str(states.dtype) == "float16":
         variant = "fp16"
     file = repo.choose("encoder_model", variant).path
-    return load(repo, file, backend=decoder.backend.name, compute_type=decoder.compute_type)
+    return load_beside(decoder, repo, file)

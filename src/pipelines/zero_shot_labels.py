@@ -51,14 +51,14 @@ def component(repo, split):
 
 
 def load_text_model(repo, half, variant, what):
-    """The repo's text_model.onnx, on ``half``'s backend and compute type."""
-    from ..model import load
+    """The repo's text_model.onnx, loaded as ``half`` was."""
+    from ..model import load_beside
 
     if repo is None:
         raise PipelineError(f"A split {what} loaded by hand needs text_model= (the text half's "
                             "transmuter.Model) or config= its repo folder")
     file = repo.choose("text_model", variant).path
-    return load(repo.fetch_onnx(file), backend=half.backend.name, compute_type=half.compute_type)
+    return load_beside(half, repo, file)
 
 
 def unit(x):

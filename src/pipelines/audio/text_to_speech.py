@@ -145,12 +145,11 @@ def _vocoder_rate(repo, given):
 
 def _speecht5(decoder, config, repo, variant, cache_size):
     """The SpeechT5Speech of ``decoder`` (shared on the model), its tokenizer beside it."""
-    from ...model import load
+    from ...model import load_beside
 
     speech = decoder.shared.get("speecht5")
     if speech is None:
-        encoder, vocoder = (load(repo, repo.choose(name, variant).path,
-                                 backend=decoder.backend.name, compute_type=decoder.compute_type)
+        encoder, vocoder = (load_beside(decoder, repo, repo.choose(name, variant).path)
                             for name in (speecht5.COMPONENTS[0], speecht5.COMPONENTS[2]))
         speech = decoder.shared["speecht5"] = speecht5.SpeechT5Speech(
             encoder, decoder, vocoder, config, cache_size)
