@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from .compile_cache import check_option
 from .errors import InputError
 from .model import check_value
 from .graph import node_reads, walk
@@ -37,13 +38,17 @@ CacheInfo = collections.namedtuple("CacheInfo", "hits misses maxsize currsize")
 class CompiledFunction:
     """``fn(inputs) -> {output name: array}``, compiling each new signature on its first call."""
 
-    def __init__(self, model, static_inputs=None, cache_size=8, donate=(), checks=None):
+    def __init__(self, model, static_inputs=None, cache_size=8, donate=(), checks=None,
+                 compile_cache=None):
         """``donate``: names of inputs whose buffers the caller gives up on each call (a KV cache
         it replaces with the outputs): the compiled code may write its outputs into them.
         ``checks``: refuse out-of-range index inputs before each call (None: the model's own
-        ``load(checks=)``)."""
+        ``load(checks=)``). ``compile_cache``: JAX's persistent cache for this function's
+        compiles (None: the model's own ``load(compile_cache=)``; compile_cache.py)."""
         self.model = model
         self.checks = model.checks if checks is None else bool(checks)
+        self.compile_cache = (model.compile_cache if compile_cache is None
+                              else check_option(compile_cache))
         self.donate = frozenset(donate)
         self.static_inputs = {k: np.asarray(v) for k, v in (static_inputs or {}).items()}
         declared = {v.name: v for v in model.inputs}
@@ -239,7 +244,8 @@ class CompiledFunction:
         fn = model.backend.compile(segment, donate_argnums=(2,) if donated else (),
                                    dequantized_dots=self._dequantizes)
         try:
-            outputs = fn(seg_params, *_split(dynamic, donated))  # traces, compiles and runs
+            with model.backend.persistent_cache(self.compile_cache):
+                outputs = fn(seg_params, *_split(dynamic, donated))  # traces, compiles and runs
         except NeedsHost as brk:
             return self._build(start, env, dynamic, seg_params, stop=brk.index)
         return Segment(fn, end, dict(recorded), donated), outputs
@@ -274,15 +280,19 @@ def _static_key(values):
     return tuple(sorted((k, key(v)) for k, v in values.items()))
 
 
-def compile(model, example_inputs, *, static_inputs=None, cache_size=8, checks=None):
+def compile(model, example_inputs, *, static_inputs=None, cache_size=8, checks=None,
+            compile_cache=None):
     """A function of the model's inputs, compiled for the example's shapes (and new ones on their
     first call, keeping the ``cache_size`` most recently used).
 
     ``checks`` (default: the model's ``load(checks=)``, True unless turned off) refuses inputs
     that index past a table before each call (``input_ids`` past the vocabulary: an InputError,
-    where the compiled gather would read NaN or garbage); ``checks=False`` skips it."""
+    where the compiled gather would read NaN or garbage); ``checks=False`` skips it.
+
+    ``compile_cache`` (default: the model's ``load(compile_cache=)``): a folder, or False, for
+    JAX's persistent compilation cache (docs/compile-cache.md)."""
     fn = CompiledFunction(model, static_inputs=static_inputs, cache_size=cache_size,
-                          checks=checks)
+                          checks=checks, compile_cache=compile_cache)
     fn(example_inputs)
     return fn
 

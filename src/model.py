@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 
 from . import backends, dtypes, ops
+from .compile_cache import check_option
 from .errors import InputError, ModelLoadError, UnsupportedOperatorError
 from .graph import parse_graph, walk
 from .onnx_file import read_onnx, refuse_external_data
@@ -48,7 +49,7 @@ class Model:
     """A loaded ONNX model. Call it like the model it was exported from: ``model(**inputs)``."""
 
     def __init__(self, proto: onnx.ModelProto, backend="jax", compute_type=None, trainable=False,
-                 checks=True):
+                 checks=True, compile_cache=None):
         self.proto = proto
         self.backend = backends.get(backend)
         self.opsets = {("" if d.domain == "ai.onnx" else d.domain): d.version
@@ -69,6 +70,7 @@ class Model:
         self.compute_type = compute_type
         self.trainable = trainable
         self.checks = bool(checks)  # the caller's index inputs are checked before each call
+        self.compile_cache = check_option(compile_cache)  # read at the first compile
         self._input_indices = None  # index_checks.InputIndices, found on first use
         self.constants, self.params = {}, {}
         with self.backend.scope():
@@ -212,7 +214,8 @@ def _to_numpy(value):
 
 
 def load(source, file=None, *, backend="jax", compute_type=None, trainable=False, revision=None,
-         cache_dir=None, local_files_only=False, token=None, variant=None, checks=True) -> Model:
+         cache_dir=None, local_files_only=False, token=None, variant=None, checks=True,
+         compile_cache=None) -> Model:
     """Load an ONNX model.
 
     ``source`` is a path to an .onnx file, its bytes, an ``onnx.ModelProto``, or a repo: a Hub id
@@ -227,6 +230,10 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
     GatherND or ScatterND index) is an InputError naming the input, the value and the valid range,
     where the compiled gather would read NaN or garbage. ``checks=False`` skips that min/max per
     index input (a few microseconds a call) when the inputs are known to be in range.
+
+    ``compile_cache`` (JAX): where compiled shapes are kept for the next process. None (the
+    default) reads TRANSMUTER_COMPILE_CACHE, else ``~/.cache/transmuter/jax``; a folder puts
+    them there; False writes none (docs/compile-cache.md).
     """
     from . import hub
 
@@ -238,7 +245,7 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
     elif file is not None:
         raise ModelLoadError(f"file={file!r} applies only when source is a Hub id or a folder")
     return Model(read_proto(source), backend=backend, compute_type=compute_type,
-                 trainable=trainable, checks=checks)
+                 trainable=trainable, checks=checks, compile_cache=compile_cache)
 
 
 def load_beside(model, repo, file):

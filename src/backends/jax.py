@@ -9,6 +9,7 @@ import numpy as np
 from jax import lax
 
 from . import NotConcrete, common
+from .. import compile_cache
 
 
 class JaxNamespace(common.Namespace):
@@ -176,6 +177,11 @@ class JaxBackend:
 
     def block(self, tree):
         return jax.block_until_ready(tree)
+
+    def persistent_cache(self, option=None):
+        """A context for a call that compiles: JAX's persistent compilation cache as ``option``
+        (``compile_cache=``) asks, turned on at the first compile (compile_cache.py)."""
+        return compile_cache.scope(option)
 
 
 BACKEND = JaxBackend()

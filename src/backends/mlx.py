@@ -370,5 +370,9 @@ class MlxBackend:
         mx.eval(tree)
         return tree
 
+    def persistent_cache(self, option=None):
+        """MLX has no persistent compilation cache: mx.compile compiles in every process."""
+        return contextlib.nullcontext()
+
 
 BACKEND = MlxBackend()
