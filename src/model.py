@@ -76,7 +76,7 @@ class Model:
         with self.backend.scope():
             for name, value in self.graph.initializers.items():
                 if _is_param(value, trainable):
-                    self.params[name] = self.backend.asarray(value)
+                    self.params[name] = self.backend.put_weight(value)
                 else:
                     self.constants[name] = value
         self.graph.initializers = {}
@@ -250,6 +250,7 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
 
 def load_beside(model, repo, file):
     """Another graph of ``model``'s repo (an encoder, a text half, a vocoder) on the same backend,
-    compute type and ``checks``: a pipeline's side models take the options of its main one."""
+    compute type, ``checks`` and ``compile_cache``: a pipeline's side models take the options of
+    its main one."""
     return load(repo, file, backend=model.backend.name, compute_type=model.compute_type,
-                checks=model.checks)
+                checks=model.checks, compile_cache=model.compile_cache)

@@ -340,6 +340,10 @@ class MlxBackend:
             return value
         return to_mx(value)
 
+    def put_weight(self, value):
+        """A weight handed over at load, as a device array (as asarray)."""
+        return self.asarray(value)
+
     def lacks(self, dtype) -> bool:
         """True for the ONNX types MLX has no arrays of (float8, int4/uint4, int2/uint2, float4):
         their values live on the host as NumPy (ml_dtypes) arrays, and nodes that read or make
