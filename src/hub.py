@@ -4,11 +4,16 @@
     path = repo.onnx_file("decoder_model_merged", task_default="q4")  # + its external data
 
 Downloads go file by file through huggingface_hub (its cache, HF_HOME, HF_ENDPOINT,
-HF_HUB_OFFLINE), so only the chosen variant is fetched. Variant rules follow transformers.js
-(packages/transformers/src/models/session.js `getSession`, src/utils/dtypes.js,
-src/utils/model-loader.js `getModelDataFiles`).
+HF_HUB_OFFLINE), so only the chosen variant is fetched. Every request has a time-out:
+HF_HUB_ETAG_TIMEOUT for the API and file metadata, HF_HUB_DOWNLOAD_TIMEOUT for silence while
+downloading (seconds, default 10 each; huggingface_hub reads both when imported). A fresh
+download is checked against its ETag (sha256, or git sha1) before it is kept. Variant rules
+follow transformers.js (packages/transformers/src/models/session.js `getSession`,
+src/utils/dtypes.js, src/utils/model-loader.js `getModelDataFiles`).
 """
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -16,7 +21,7 @@ import posixpath
 import re
 
 from .errors import HubError
-from .onnx_file import _referenced_files, read_onnx  # noqa: F401 (read_onnx: public here)
+from .onnx_file import _load_graph, _referenced_files, read_onnx  # noqa: F401 (read_onnx: public)
 from .variants import (DTYPE_SUFFIXES, Variant, choose_variant, external_data_files,  # noqa: F401
                        kv_cache_dtype, missing_file_error)
 
@@ -24,6 +29,7 @@ log = logging.getLogger(__name__)
 
 SCAN_LIMIT = 64 << 20
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+_HASHES = {40: "git sha1", 64: "sha256"}  # ETags: of regular files, of LFS files
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
@@ -169,12 +175,17 @@ class HubRepo(Repo):
         if not self.offline:
             try:
                 return self._resolve_online()
-            except _unreachable_errors() as e:
+            except HubError:
+                raise
+            except Exception as e:
+                if not _transient(e):
+                    raise self._error(e) from e
+                # As huggingface_hub does: the Hub unreachable, slow or failing, use the cache.
+                fault, hint, why = self._fault(e, f"resolve {self.name!r}", "HF_HUB_ETAG_TIMEOUT")
                 self.offline = True
-                if (cached := self._resolve_cached()) is None:
-                    raise HubError(f"Cannot reach {self.endpoint} to resolve {self.name!r} ({e}), "
-                                   f"and {where}. Check the connection or HF_ENDPOINT.") from e
-                log.warning("%s unreachable (%s); using the cached %s", self.endpoint, e, self.name)
+                if (cached := self._resolve_cached(why)) is None:
+                    raise HubError(f"{_capital(fault)}, and {where}. {hint}.") from e
+                log.warning("%s; using the cached %s", fault, self.name)
                 return cached
         if (cached := self._resolve_cached()) is None:
             raise HubError(f"Offline (local_files_only=True or HF_HUB_OFFLINE=1), and {where}. Run "
@@ -183,14 +194,10 @@ class HubRepo(Repo):
         return cached
 
     def _resolve_online(self):
-        from huggingface_hub import HfApi
-        try:
-            info = HfApi(endpoint=self.endpoint, token=self.token).model_info(
-                self.name, revision=self.revision)
-        except _unreachable_errors():
-            raise
-        except Exception as e:
-            raise self._error(e) from e
+        from huggingface_hub import HfApi, constants
+        # model_info has no time-out unless given one.
+        info = HfApi(endpoint=self.endpoint, token=self.token).model_info(
+            self.name, revision=self.revision, timeout=constants.HF_HUB_ETAG_TIMEOUT)
         if info.sha and not _COMMIT.fullmatch(info.sha):
             # The sha names the snapshot folder and goes into the ref file: a hostile server's
             # "../x" would lead both out of the cache.
@@ -209,7 +216,7 @@ class HubRepo(Repo):
         with open(ref, "w") as f:
             f.write(commit)
 
-    def _resolve_cached(self):
+    def _resolve_cached(self, why="offline"):
         storage, commit = self._storage(), self.revision
         ref = os.path.join(storage, "refs", *commit.split("/"))
         if not _COMMIT.fullmatch(commit) and os.path.isfile(ref):
@@ -218,25 +225,56 @@ class HubRepo(Repo):
         snapshot = os.path.join(storage, "snapshots", commit)
         if not _COMMIT.fullmatch(commit) or not os.path.isdir(snapshot):
             return None
-        self.label = f"{self.name} (offline: only its cached files are listed)"
+        self.label = f"{self.name} ({why}: only its cached files are listed)"
         return commit, _walk(snapshot)
 
     def _storage(self):
         return os.path.join(self.cache_dir, "models--" + self.name.replace("/", "--"))
 
     def _fetch(self, path):
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import constants, hf_hub_download
+        pointer = os.path.join(self._storage(), "snapshots", self.commit, *path.split("/"))
+        fresh = not self.offline and not os.path.exists(pointer)  # else no request is made
+        step = "metadata"
         try:
-            return hf_hub_download(self.name, path, revision=self.commit, cache_dir=self.cache_dir,
-                                   token=self.token, local_files_only=self.offline,
-                                   endpoint=self.endpoint)
+            # Asked first, once, with the time-out: hf_hub_download retries a failed HEAD up to
+            # 6 times with 60 s time-outs, and reports a 5xx or a 403 as "not in the cache".
+            etag = self._metadata(path).etag if fresh else None
+            step = "download"
+            local = hf_hub_download(self.name, path, revision=self.commit, cache_dir=self.cache_dir,
+                                    token=self.token, local_files_only=self.offline,
+                                    endpoint=self.endpoint,
+                                    etag_timeout=constants.HF_HUB_ETAG_TIMEOUT)
         except Exception as e:
-            raise self._error(e, path) from e
+            raise self._error(e, path, step) from e
+        if fresh:
+            self._verify(path, local, etag)
+        return local
 
-    def _error(self, e, path=None) -> HubError:
+    def _metadata(self, path):
+        from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+        url = hf_hub_url(self.name, path, revision=self.commit, endpoint=self.endpoint)
+        return get_hf_file_metadata(url, token=self.token, timeout=constants.HF_HUB_ETAG_TIMEOUT,
+                                    endpoint=self.endpoint)
+
+    def _verify(self, path, local, etag):
+        """Keep a fresh download only if it is the file: huggingface_hub checks its size, not its
+        hash, so wrong bytes would stay cached and fail every later load."""
+        if (reason := _corruption(local, path, etag)) is None:
+            return
+        for stale in dict.fromkeys((os.path.realpath(local), local)):  # the blob, its link
+            with contextlib.suppress(OSError):
+                os.remove(stale)
+        raise HubError(f"Downloading {path!r} of {self.name!r} from {self.endpoint} gave corrupt "
+                       f"bytes: {reason}. They were removed from the cache; run again (if it "
+                       "happens every time, a proxy or mirror alters the file).")
+
+    def _error(self, e, path=None, step="metadata") -> HubError:
         from huggingface_hub import errors
         what, hint = repr(self.name), "pass token=... (or set HF_TOKEN, or run `hf auth login`)"
-        status = getattr(getattr(e, "response", None), "status_code", None)
+        if isinstance(e, errors.LocalEntryNotFoundError) and not self.offline and e.__cause__:
+            e, step = e.__cause__, "metadata"  # hf_hub_download's HEAD failed: that is the news
+        status = _status(e)
         if isinstance(e, errors.GatedRepoError):
             return HubError(f"{what} is gated: request access at {self.endpoint}/{self.name}, "
                             f"then {hint}.")
@@ -245,17 +283,54 @@ class HubRepo(Repo):
                             f"is private, {hint}.")
         if isinstance(e, errors.RevisionNotFoundError):
             return HubError(f"{what} has no revision {self.revision!r}.")
+        if isinstance(e, errors.RemoteEntryNotFoundError):
+            return HubError(f"{self.endpoint} has no {path!r} in {what} at {self.commit} (HTTP 404)"
+                            ", though it lists it. The repo may be changing: run again later.")
         if isinstance(e, errors.HfHubHTTPError) and status in (401, 403):
             return HubError(f"{self.endpoint} refused access to {what} (HTTP {status}): {hint}.")
         if isinstance(e, errors.HFValidationError):
             return HubError(f"{what} is not a valid Hub repo id ({e}).")
-        if path is None:
-            return HubError(f"Cannot resolve {what} at {self.endpoint}: {e}")
+        if isinstance(e, errors.FileMetadataError):
+            return HubError(f"{self.endpoint} answered for {path!r} of {what} without a Hub's "
+                            f"headers ({e}). Check HF_ENDPOINT.")
         if isinstance(e, errors.LocalEntryNotFoundError):
             return HubError(f"{path!r} of {what} is not in the cache at {self.cache_dir}, and "
-                            "offline mode forbids downloading it. Run once online.")
+                            "offline mode (local_files_only=True or HF_HUB_OFFLINE=1) forbids "
+                            "downloading it. Run once online.")
+        if path is None:  # _resolve handles the transient failures
+            return HubError(f"Cannot resolve {what} at {self.endpoint}: {e}")
+        if _transient(e):
+            variable = "HF_HUB_ETAG_TIMEOUT" if step == "metadata" else "HF_HUB_DOWNLOAD_TIMEOUT"
+            fault, fix, _ = self._fault(e, "download it", variable)
+            return HubError(f"Downloading {path!r} of {what} failed: {fault}. It is not in the "
+                            f"cache, and nothing partial was kept. {fix}.")
+        if isinstance(e, OSError) and "Consistency check failed" in str(e):
+            e = f"the download was incomplete ({str(e).splitlines()[0].rstrip('.')})"
         return HubError(f"Downloading {path!r} of {what} from {self.endpoint} failed: {e}. "
                         "Nothing partial was kept in the cache; run again to retry.")
+
+    def _fault(self, e, doing, variable):
+        """(what went wrong, what to do, how a cached listing is labelled) after a transient
+        failure of the Hub's ``doing``."""
+        from huggingface_hub import constants
+        from huggingface_hub.errors import OfflineModeIsEnabled
+        httpx, status, ep = _httpx(), _status(e), self.endpoint
+        if isinstance(e, httpx.TimeoutException):
+            return (f"{ep} did not answer within {getattr(constants, variable):g} s ({variable}) "
+                    f"when asked to {doing}", "Check the connection; if the Hub is only slow, set "
+                    f"{variable} to more seconds in the environment before Python starts",
+                    "offline")
+        if status:
+            kind, fix = (("too many requests", "Wait a minute and try again (a token raises the "
+                          "limit)") if status == 429 else
+                         ("a server error", "The Hub is having trouble: try again later"))
+            return (f"{ep} answered HTTP {status}, {kind}, when asked to {doing} "
+                    f"({e.response.url})", fix, f"the Hub failing with HTTP {status}")
+        if isinstance(e, (httpx.ConnectError, httpx.UnsupportedProtocol, OfflineModeIsEnabled)):
+            return (f"cannot reach {ep} to {doing} ({e})",
+                    "Check the connection, a proxy, or HF_ENDPOINT", "offline")
+        return (f"the connection to {ep} broke when asked to {doing} ({e})", "Try again later",
+                "the Hub's answer broken")
 
 
 def _check_revision(revision):
@@ -291,11 +366,55 @@ def _is_absolute(path) -> bool:
             or bool(os.path.splitdrive(path)[0]))
 
 
-def _unreachable_errors():
-    """Errors meaning "the Hub cannot be reached" (then the cache is used)."""
-    from huggingface_hub.errors import OfflineModeIsEnabled
+def _httpx():
     try:
         import httpx2 as httpx  # huggingface_hub's HTTP client since 2.x
     except ImportError:
         import httpx
-    return (httpx.ConnectError, httpx.TimeoutException, OfflineModeIsEnabled)
+    return httpx
+
+
+def _capital(clause):
+    return clause if clause.startswith(("http:", "https:")) else clause[:1].upper() + clause[1:]
+
+
+def _status(e):
+    return getattr(getattr(e, "response", None), "status_code", None)
+
+
+def _transient(e) -> bool:
+    """Whether ``e`` says the Hub is unreachable, slow or failing now (then the cache may do)."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+    status = _status(e) or 0
+    return (isinstance(e, (_httpx().TransportError, OfflineModeIsEnabled))
+            or status == 429 or status >= 500)
+
+
+def _corruption(local, path, etag):
+    """Why the file at ``local`` is not ``path`` as served with ``etag``, or None. An ETag that is
+    a hash is checked; another (some mirrors') leaves parsing what has a format to parse."""
+    digest = _digest(local, etag)
+    if digest is not None:
+        return None if digest == etag else (f"their {_HASHES[len(etag)]} is {digest}, the "
+                                            f"server's ETag {etag}")
+    try:
+        if path.endswith(".json"):
+            with open(local, encoding="utf-8") as f:
+                json.load(f)
+        elif path.endswith(".onnx") and os.path.getsize(local) <= SCAN_LIMIT:
+            _load_graph(local)
+    except (ValueError, RecursionError, HubError) as e:
+        return f"they do not parse as {path.rsplit('.', 1)[-1].upper()} ({e.__cause__ or e})"
+    return None
+
+
+def _digest(local, etag):
+    """The hash of the file at ``local`` of the kind ``etag`` is (None: no hash we know)."""
+    if not etag or len(etag) not in _HASHES or not re.fullmatch(r"[0-9a-f]+", etag):
+        return None
+    digest = hashlib.sha256() if len(etag) == 64 else hashlib.sha1(
+        b"blob %d\0" % os.path.getsize(local))
+    with open(local, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

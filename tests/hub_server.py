@@ -8,7 +8,10 @@
   (sha256) and ``X-Linked-Size``, as the Hub does (file_download.py ``get_hf_file_metadata``);
 - errors carry ``X-Error-Code`` (``RepoNotFound``, ``GatedRepo``, ``RevisionNotFound``,
   ``EntryNotFound``) which utils/_http.py ``hf_raise_for_status`` maps to its error types;
-- the CDN honours ``Range`` (resumed downloads) and can die halfway through a chosen blob.
+- the CDN honours ``Range`` (resumed downloads) and can die halfway through a chosen blob;
+- ``fault(...)`` makes chosen requests stall, answer an HTTP error, or send wrong bytes (flipped,
+  truncated with a matching Content-Length, or cut short of the Content-Length), and
+  ``opaque_etags`` makes ETags no hash of the content (as some mirrors and proxies send).
 
 Use the ``fake_hub`` fixture: it starts the server, points HF_ENDPOINT (and the constants
 huggingface_hub read at import time) at it, and puts HF_HOME and the cache under tmp_path.
@@ -17,7 +20,9 @@ huggingface_hub read at import time) at it, and puts HF_HOME and the cache under
 import hashlib
 import json
 import socket
+import sys
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from urllib.parse import unquote, urlsplit
@@ -36,12 +41,38 @@ def is_lfs(path: str) -> bool:
     return name.endswith(".onnx") or ".onnx_data" in name or ".onnx.data" in name
 
 
+@dataclass
+class Fault:
+    """What the next ``times`` requests (None: all) on ``where`` for ``path`` (None: any) get.
+
+    ``where``: "api" (model_info), "head" / "get" (HEAD / GET on /resolve: metadata, and the
+    bytes of regular files), "cdn" (the bytes of LFS files). ``stall``: seconds to wait before
+    answering; ``status`` (+ ``code``, the X-Error-Code): an error answer instead; ``mangle``:
+    "flip" (every byte inverted), "truncate" (half, with Content-Length saying half) or "cut"
+    (half, with Content-Length saying all, then the connection closes)."""
+    where: str
+    path: str | None = None
+    status: int | None = None
+    code: str | None = None
+    stall: float | None = None
+    mangle: str | None = None
+    times: int | None = None
+
+    def apply(self, body: bytes) -> bytes:
+        if self.mangle == "flip":
+            return bytes(b ^ 0xFF for b in body)
+        return body[: len(body) // 2] if self.mangle == "truncate" else body
+
+
 class FakeHub:
     def __init__(self):
         self.repos = {}        # repo id -> {"refs": {rev: sha}, "commits": {sha: files}, ...}
         self.blobs = {}        # sha256 -> bytes, served by the CDN
         self.log = []          # (server, method, path) of every request
         self.die_midway = set()  # sha256 of blobs whose next download dies halfway
+        self.faults = []       # [Fault], the first that matches a request applies
+        self.opaque_etags = False
+        self.wake = threading.Event()  # ends stalls when the servers stop
         self._servers = []
         self.ports = (0, 0)
 
@@ -63,6 +94,26 @@ class FakeHub:
         """The next download of ``data`` sends half of it, then the whole server goes down."""
         self.die_midway.add(hashlib.sha256(data).hexdigest())
 
+    def fault(self, where, path=None, **how) -> Fault:
+        """Add a ``Fault`` (see there) on ``where``, e.g. ``fault("api", stall=20)``."""
+        fault = Fault(where, path, **how)
+        self.faults.append(fault)
+        return fault
+
+    def take(self, where, path):
+        """The fault for this request, if any (counting it against its ``times``)."""
+        for fault in list(self.faults):
+            if fault.where == where and fault.path in (None, path):
+                if fault.times is not None:
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self.faults.remove(fault)
+                return fault
+        return None
+
+    def etag(self, digest: str) -> str:
+        return f'"opaque-{digest[:12]}"' if self.opaque_etags else f'"{digest}"'
+
     def downloads(self):
         """Repo paths whose bytes were sent (GET on resolve, or on the CDN)."""
         return [p for server, method, p in self.log if method == "GET" and p]
@@ -73,6 +124,7 @@ class FakeHub:
         return f"http://127.0.0.1:{self.ports[0]}"
 
     def start(self):
+        self.wake.clear()
         hub = _Server(("127.0.0.1", self.ports[0]), _HubHandler, self)
         cdn = _Server(("127.0.0.1", self.ports[1]), _CdnHandler, self)
         self.ports = (hub.server_address[1], cdn.server_address[1])
@@ -83,6 +135,7 @@ class FakeHub:
 
     def stop(self):
         servers, self._servers = self._servers, []
+        self.wake.set()  # after: a stalled handler that wakes must see the servers stopped
         for server in servers:
             server.close()
 
@@ -108,6 +161,10 @@ class _Server(ThreadingHTTPServer):
     def process_request(self, request, client_address):
         self.connections.add(request)
         super().process_request(request, client_address)
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # else: a client that gave up
+            super().handle_error(request, client_address)
 
     def shutdown_request(self, request):
         self.connections.discard(request)
@@ -148,8 +205,38 @@ class _Handler(BaseHTTPRequestHandler):
 
     def error(self, status, code, message, head, headers=None):
         body = json.dumps({"error": message}).encode()
-        self.send(status, body, {"X-Error-Code": code, "X-Error-Message": message,
+        codes = {"X-Error-Code": code} if code else {}
+        self.send(status, body, {**codes, "X-Error-Message": message,
                                  "Content-Type": "application/json", **(headers or {})}, head)
+
+    def fault(self, where, path, head):
+        """The fault for this request after its stall, or None; True when it was answered."""
+        fake = self.server.fake
+        fault = fake.take(where, path)
+        if fault is None:
+            return None
+        if fault.stall:
+            fake.wake.wait(fault.stall)
+            if not fake.running:  # stopped meanwhile: the client is gone or will be refused
+                self.close_connection = True
+                return True
+        if fault.status:
+            self.error(fault.status, fault.code, f"Injected HTTP {fault.status}", head)
+            return True
+        return fault
+
+    def send_body(self, status, body, headers, head, fault):
+        """``body`` as ``fault`` mangles it ("cut": the connection closes after half of it)."""
+        if fault is None or fault.mangle != "cut" or head:
+            return self.send(status, fault.apply(body) if fault else body, headers, head)
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, str(value))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        self.close_connection = True
 
     def authorized(self):
         return self.headers.get("Authorization") == f"Bearer {GOOD_TOKEN}"
@@ -161,12 +248,17 @@ class _HubHandler(_Handler):
         parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
         if parts[:2] == ["api", "models"] and len(parts) >= 4:
             fake.log.append(("hub", "API", None))
+            if self.fault("api", None, head) is True:
+                return
             return self.api(parts[2] + "/" + parts[3], parts[5] if len(parts) > 5 else "main",
                             head)
         if len(parts) >= 5 and parts[2] == "resolve":
             path = "/".join(parts[4:])
             fake.log.append(("hub", self.command, path if not head else None))
-            return self.resolve(parts[0] + "/" + parts[1], parts[3], path, head)
+            fault = self.fault("head" if head else "get", path, head)
+            if fault is True:
+                return
+            return self.resolve(parts[0] + "/" + parts[1], parts[3], path, head, fault)
         fake.log.append(("hub", self.command, None))
         self.send(404, b"Not Found", head=head)
 
@@ -189,7 +281,7 @@ class _HubHandler(_Handler):
                 "siblings": [{"rfilename": p} for p in sorted(files)]}
         self.send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
 
-    def resolve(self, repo_id, revision, path, head):
+    def resolve(self, repo_id, revision, path, head, fault=None):
         repo = self.repo(repo_id, head)
         if repo is None:
             return
@@ -202,13 +294,12 @@ class _HubHandler(_Handler):
         if path not in files:
             return self.error(404, "EntryNotFound", f"{path} does not exist", head,
                               {"X-Repo-Commit": commit})
-        data = files[path]
-        headers = {"X-Repo-Commit": commit, "ETag": f'"{git_sha1(data)}"'}
+        data, fake = files[path], self.server.fake
+        headers = {"X-Repo-Commit": commit, "ETag": fake.etag(git_sha1(data))}
         if not is_lfs(path):
-            return self.send(200, data, headers, head)
+            return self.send_body(200, data, headers, head, fault)
         sha256 = hashlib.sha256(data).hexdigest()
-        fake = self.server.fake
-        self.send(302, b"", {**headers, "X-Linked-Etag": f'"{sha256}"',
+        self.send(302, b"", {**headers, "X-Linked-Etag": fake.etag(sha256),
                              "X-Linked-Size": len(data),
                              "Location": f"http://127.0.0.1:{fake.ports[1]}/blobs/{sha256}"
                                          f"?name={path}"}, head)
@@ -221,6 +312,9 @@ class _CdnHandler(_Handler):
         sha256 = url.path.rsplit("/", 1)[-1]
         name = unquote(url.query.partition("name=")[2])
         fake.log.append(("cdn", self.command, name if not head else None))
+        fault = self.fault("cdn", name, head) if not head else None
+        if fault is True:
+            return
         data = fake.blobs.get(sha256)
         if data is None:
             return self.send(404, b"NoSuchKey", head=head)
@@ -232,7 +326,7 @@ class _CdnHandler(_Handler):
         if sha256 in fake.die_midway and not head:
             fake.die_midway.discard(sha256)
             return self.die(body)
-        self.send(status, body, {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}, head)
+        self.send_body(status, body, {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}, head, fault)
 
     def die(self, body):
         self.send_response(200)

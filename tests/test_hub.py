@@ -18,8 +18,10 @@ from transmuter.errors import HubError
 
 try:
     from .hub_server import GOOD_TOKEN, fake_hub  # noqa: F401  (the fixture)
+    from .hub_server import is_lfs as hub_server_is_lfs
 except ImportError:
     from hub_server import GOOD_TOKEN, fake_hub  # noqa: F401
+    from hub_server import is_lfs as hub_server_is_lfs
 
 HUB_FILES = Path(__file__).resolve().parents[2] / "shared" / "hub-files"
 VALUES = {"fp32": 1.0, "fp16": 2.0, "q8": 3.0, "q4": 4.0, "q4f16": 5.0, "int8": 6.0}
@@ -494,3 +496,178 @@ def test_external_data_leaving_the_folder_is_reported_by_the_loader(fake_hub, lo
     with pytest.raises(HubError, match=r"tensor 'W' at .*points outside the model's folder"):
         transmuter.load("org/escape")
     assert fake_hub.downloads() == ["onnx/model.onnx"]
+
+
+# --- a faulty Hub: time-outs, server errors, corrupt bytes (issue 14) ----------------------------
+
+STALL = 20.0  # seconds a stalled route waits before answering: far past the time-outs set here
+
+
+def small_repo(fake_hub, name="org/faulty"):
+    """config.json (a regular file: ETag = git sha1) and onnx/model.onnx (LFS: sha256)."""
+    fake_hub.add(name, {"config.json": config(), **variants(dtypes=("fp32",))})
+    return name
+
+
+def short_timeouts(monkeypatch, seconds=0.5):
+    # huggingface_hub reads HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT (whole seconds) when
+    # imported; the subprocess test below goes through the environment itself.
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", seconds)
+    monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", seconds)
+
+
+def storage_files(name):
+    """Snapshot links and blobs the cache holds for repo ``name``."""
+    storage = Path(os.environ["HF_HUB_CACHE"]) / ("models--" + name.replace("/", "--"))
+    return sorted(str(p.relative_to(storage)) for p in storage.rglob("*")
+                  if p.is_file() or p.is_symlink()
+                  if p.parts[len(storage.parts)] in ("blobs", "snapshots"))
+
+
+@pytest.mark.parametrize("where, path, variable", [
+    ("api", None, "HF_HUB_ETAG_TIMEOUT"),              # model_info: no time-out of its own
+    ("head", "config.json", "HF_HUB_ETAG_TIMEOUT"),    # the metadata of a file
+    ("cdn", "onnx/model.onnx", "HF_HUB_DOWNLOAD_TIMEOUT"),  # the bytes of an LFS file
+])
+def test_stalled_hub_times_out(fake_hub, monkeypatch, where, path, variable):
+    short_timeouts(monkeypatch)
+    name = small_repo(fake_hub)
+    fake_hub.fault(where, path, stall=STALL)
+    with pytest.raises(HubError) as info:
+        hub.resolve(name).onnx_file()
+    message = str(info.value)
+    for part in (fake_hub.url, repr(name), f"within 0.5 s ({variable})", f"set {variable}"):
+        assert part in message
+    assert storage_files(name) == [] or where == "cdn"  # cdn: config.json is cached
+    assert "onnx/model.onnx" not in " ".join(storage_files(name))
+    fake_hub.faults.clear()
+    assert weight(hub.resolve(name).onnx_file()) == VALUES["fp32"]
+
+
+def test_stalled_hub_falls_back_to_the_cache(fake_hub, monkeypatch, caplog):
+    short_timeouts(monkeypatch)
+    name = small_repo(fake_hub)
+    first = hub.resolve(name).onnx_file()
+    fake_hub.fault("api", stall=STALL)
+    repo = hub.resolve(name)
+    assert repo.onnx_file() == first
+    assert "offline" in repo.label
+    assert "did not answer within 0.5 s (HF_HUB_ETAG_TIMEOUT)" in caplog.text
+
+
+def test_timeout_from_the_environment(fake_hub, tmp_path):
+    """HF_HUB_ETAG_TIMEOUT in the environment, read by huggingface_hub at import, is the knob."""
+    import subprocess
+    import sys
+    name = small_repo(fake_hub)
+    fake_hub.fault("api", stall=STALL)
+    env = {**os.environ, "HF_HUB_ETAG_TIMEOUT": "1"}
+    code = f"from transmuter import hub; hub.resolve({name!r})"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=2 * STALL)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("transmuter.errors.HubError: ")
+    assert "did not answer within 1 s (HF_HUB_ETAG_TIMEOUT)" in last
+
+
+@pytest.mark.parametrize("where, path, status", [
+    ("api", None, 500), ("api", None, 502), ("api", None, 503),
+    ("head", "onnx/model.onnx", 500), ("head", "config.json", 502), ("head", "config.json", 503),
+    ("get", "config.json", 500), ("cdn", "onnx/model.onnx", 503),
+])
+def test_server_errors_are_reported_as_such(fake_hub, where, path, status):
+    name = small_repo(fake_hub)
+    fake_hub.fault(where, path, status=status)
+    with pytest.raises(HubError) as info:
+        hub.resolve(name).onnx_file()
+    message = str(info.value)
+    assert f"HTTP {status}, a server error" in message and "try again later" in message
+    assert repr(name) in message and fake_hub.url in message
+    assert path is None or repr(path) in message
+    assert "offline" not in message.lower()
+    fake_hub.faults.clear()  # nothing of the failure stays behind (.no_exist, partial blobs)
+    assert weight(hub.resolve(name).onnx_file()) == VALUES["fp32"]
+
+
+@pytest.mark.parametrize("status, code, expected", [
+    (404, "EntryNotFound",
+     r"has no 'onnx/model.onnx' in 'org/faulty' at [0-9a-f]{40} \(HTTP 404\), though it lists"),
+    (404, "RepoNotFound", r"'org/faulty' was not found at http://127.0.0.1.*token="),
+    (401, "GatedRepo", r"'org/faulty' is gated: request access"),
+    (403, "GatedRepo", r"'org/faulty' is gated: request access"),
+    (403, None, r"refused access to 'org/faulty' \(HTTP 403\)"),
+])
+def test_client_errors_on_a_file(fake_hub, status, code, expected):
+    name = small_repo(fake_hub)
+    repo = hub.resolve(name)
+    fake_hub.fault("head", "onnx/model.onnx", status=status, code=code)
+    with pytest.raises(HubError, match=expected) as info:
+        repo.onnx_file()
+    assert "offline" not in str(info.value).lower()
+
+
+def test_connection_refused_after_listing(fake_hub):
+    name = small_repo(fake_hub)
+    repo = hub.resolve(name)
+    fake_hub.stop()
+    with pytest.raises(HubError) as info:
+        repo.onnx_file()
+    message = str(info.value)
+    assert message.startswith(f"Downloading 'config.json' of {name!r} failed: cannot reach "
+                              f"{fake_hub.url} to download it (")
+    assert "not in the cache" in message and "offline mode" not in message
+
+
+@pytest.mark.parametrize("where, path", [("get", "config.json"), ("cdn", "onnx/model.onnx")])
+def test_truncated_download_is_not_kept(fake_hub, where, path):
+    # The server's Content-Length says half: huggingface_hub's size check (from HEAD) refuses it.
+    name = small_repo(fake_hub)
+    fake_hub.fault(where, path, mangle="truncate", times=1)
+    with pytest.raises(HubError, match=rf"Downloading '{path}' of '{name}' from .* incomplete"):
+        hub.resolve(name).onnx_file()
+    assert path not in " ".join(storage_files(name))
+    assert weight(hub.resolve(name).onnx_file()) == VALUES["fp32"]
+
+
+def test_download_cut_short_resumes(fake_hub):
+    # The connection closes before Content-Length: huggingface_hub resumes with a Range request.
+    name = small_repo(fake_hub)
+    fake_hub.fault("cdn", "onnx/model.onnx", mangle="cut", times=1)
+    assert weight(hub.resolve(name).onnx_file()) == VALUES["fp32"]
+
+
+@pytest.mark.parametrize("path, opaque", [
+    ("config.json", False), ("onnx/model.onnx", False), ("onnx/model.onnx_data", False),
+    # ETags that are no hash (some mirrors): parsing tells (external data has no format to parse)
+    ("config.json", True), ("onnx/model.onnx", True)])
+def test_corrupt_download_is_dropped(fake_hub, tmp_path, path, opaque):
+    """Bytes that are not the file (flipped, same size) are caught: by the ETag where it is a hash
+    (git sha1 or sha256), else by parsing (.json, .onnx); then the next try succeeds."""
+    name = "org/corrupt"
+    fake_hub.add(name, {"config.json": config(), **with_external_data(tmp_path, "onnx/model.onnx",
+                                                                      7.0)})
+    fake_hub.opaque_etags = opaque
+    fake_hub.fault("cdn" if hub_server_is_lfs(path) else "get", path, mangle="flip", times=1)
+    with pytest.raises(HubError, match=rf"Downloading '{path}' of '{name}' .* corrupt.*removed "
+                                       r"from the cache.*run again"):
+        hub.resolve(name).onnx_file()
+    assert path not in " ".join(storage_files(name))
+    assert not [f for f in storage_files(name) if f.startswith("blobs/")
+                and (Path(os.environ["HF_HUB_CACHE"]) / ("models--" + name.replace("/", "--"))
+                     / f).stat().st_size == 0]
+    assert weight(hub.resolve(name).onnx_file()) == 7.0
+    fake_hub.stop()  # what is cached is the good file
+    assert weight(hub.resolve(name).onnx_file()) == 7.0
+
+
+def test_tampered_bytes_with_a_matching_length_header(fake_hub):
+    # HEAD and GET agree on a truncated size, so only the ETag (git sha1) can tell.
+    name = small_repo(fake_hub)
+    fake_hub.fault("head", "config.json", mangle="truncate")
+    fake_hub.fault("get", "config.json", mangle="truncate")
+    with pytest.raises(HubError, match=r"Downloading 'config.json' .* corrupt"):
+        hub.resolve(name).onnx_file()
+    fake_hub.faults.clear()
+    assert weight(hub.resolve(name).onnx_file()) == VALUES["fp32"]
