@@ -72,6 +72,17 @@ class CompiledFunction:
         self._random = any(node.opdef.random for node in walk(model.graph))
         self._dequantizes = any(node.opdef.dequantizes for node in walk(model.graph))
 
+    def _without_static(self, inputs):
+        """``inputs`` less those fixed by static_inputs, which may come again only unchanged (a
+        feed dict reused from the example)."""
+        for name in set(inputs) & set(self.static_inputs):
+            value, fixed = np.asarray(inputs.pop(name)), self.static_inputs[name]
+            if value.shape != fixed.shape or not np.array_equal(value, fixed):
+                raise InputError(f"Input {name!r} was fixed by static_inputs={{{name!r}: ...}} "
+                                 "when compiling, and this call gives it another value: compile "
+                                 "another function for it, or leave it out")
+        return inputs
+
     def cache_info(self):
         """hits and misses (compiles) of the segment cache, as functools.lru_cache reports them."""
         return CacheInfo(self._hits, self._misses, self.cache_size, len(self._cache))
@@ -83,11 +94,7 @@ class CompiledFunction:
     def __call__(self, inputs=None, params=None, *, rng_seed=None, **kwargs):
         """The graph's outputs for ``inputs``. A graph with random ops draws from a new key each
         call; ``rng_seed`` (an int) fixes the key, so a seeded call repeats its draws."""
-        inputs = dict(inputs or {}, **kwargs)
-        given_static = set(inputs) & set(self.static_inputs)
-        if given_static:
-            raise InputError(f"Input(s) {sorted(given_static)} were fixed by static_inputs when "
-                             "compiling; do not pass them again")
+        inputs = self._without_static(self.model.host_inputs(dict(inputs or {}, **kwargs)))
         model, nodes = self.model, self.model.graph.nodes
         # arrays of a signature that passed are not checked again (a decode loop's one shape)
         arrays = all(hasattr(v, "shape") and hasattr(v, "dtype") for v in inputs.values())

@@ -10,6 +10,7 @@ from .compile_cache import check_option
 from .errors import InputError, ModelLoadError, UnsupportedOperatorError
 from .graph import parse_graph, walk
 from .onnx_file import read_onnx, refuse_external_data
+from .validate import validate
 
 # Initializers above these sizes become params: device arrays passed to compiled functions as
 # arguments, never baked in as constants. Smaller ones stay static, on the host, where they fold
@@ -50,6 +51,7 @@ class Model:
 
     def __init__(self, proto: onnx.ModelProto, backend="jax", compute_type=None, trainable=False,
                  checks=True, compile_cache=None):
+        validate(proto)
         self.proto = proto
         self.backend = backends.get(backend)
         self.opsets = {("" if d.domain == "ai.onnx" else d.domain): d.version
@@ -107,6 +109,14 @@ class Model:
         return (f"Model(backend={self.backend.name!r}, inputs={self.inputs}, "
                 f"outputs={self.outputs})")
 
+    def host_inputs(self, inputs: dict) -> dict:
+        """``inputs`` as the graph takes them: a Python list or number in the input's declared
+        dtype (it has none of its own), a byte-swapped array in native order; a ragged list or a
+        masked array refused (ONNX inputs have no mask, and filling it is the caller's choice)."""
+        declared = {v.name: v for v in self.inputs}
+        return {name: _host_input(declared.get(name), name, value)
+                for name, value in inputs.items()}
+
     def check_inputs(self, inputs: dict, static=()):
         """Raise InputError naming the input at fault if ``inputs`` do not fit the graph."""
         declared = {v.name: v for v in self.inputs}
@@ -139,7 +149,7 @@ class Model:
         from .compiled import CompiledFunction
 
         names = {v.name for v in self.inputs}
-        feed = {k: _to_numpy(v) for k, v in kwargs.items() if k in names}
+        feed = {k: _torch_to_numpy(v) for k, v in kwargs.items() if k in names}
         if self._default_fn is None:
             self._default_fn = CompiledFunction(self)
         return Outputs(self._default_fn(feed))
@@ -179,6 +189,29 @@ def check_value(info, value):
                              f"declares {info!r}")
 
 
+def _host_input(info, name, value):
+    if isinstance(value, np.ma.MaskedArray):
+        raise InputError(f"Input {name!r} is a masked array: an ONNX graph takes no mask; give "
+                         "x.filled(value), or the mask as the model's own input (attention_mask)")
+    if isinstance(value, (list, tuple, int, float, bool)):
+        try:
+            array = np.asarray(value)
+        except ValueError:
+            array = None
+        if array is None or array.dtype == object:
+            raise InputError(f"Input {name!r} is a ragged list (rows of different lengths): pad "
+                             "it to a rectangle, e.g. with the attention_mask the model takes")
+        want = getattr(info, "dtype", None)
+        if isinstance(want, np.dtype) and array.dtype.kind in "biuf" and want.kind in "biuf" \
+                and np.can_cast(array.dtype, want, "same_kind"):
+            array = array.astype(want)
+        return array
+    dtype = getattr(value, "dtype", None)
+    if isinstance(value, np.ndarray) and not dtype.isnative:
+        return value.astype(dtype.newbyteorder("="))
+    return value
+
+
 def _is_param(value, trainable):
     if value.dtype == object:
         return False
@@ -204,12 +237,10 @@ def _prepare_weights(graph):
                 graph.initializers[name] = prepare(graph.initializers[name], node)
 
 
-def _to_numpy(value):
-    """Accept NumPy, JAX, MLX or PyTorch tensors (and lists) as inputs."""
+def _torch_to_numpy(value):
+    """Accept PyTorch tensors as inputs too (NumPy, JAX, MLX and lists pass as they are)."""
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
         return value.detach().cpu().numpy()
-    if isinstance(value, (list, tuple, int, float, bool)):
-        return np.asarray(value)
     return value
 
 

@@ -8,7 +8,7 @@ def run(model, inputs, *, params=None, keep_intermediates=False, checks=None):
 
     With ``keep_intermediates=True`` every value the graph computed is returned too. ``checks``
     (default: the model's ``load(checks=)``) refuses inputs that index past a table."""
-    inputs = dict(inputs)
+    inputs = model.host_inputs(dict(inputs))
     model.check_inputs(inputs)
     if model.checks if checks is None else checks:
         model.check_indices(inputs)

@@ -13,7 +13,9 @@ class NotConcrete(Exception):
 def get(name: str):
     """The backend object called ``name`` ("jax" or "mlx")."""
     if name not in NAMES:
-        raise ValueError(f"Unknown backend {name!r}: choose one of {', '.join(NAMES)}")
+        from ..errors import InputError
+
+        raise InputError(f"Unknown backend {name!r}: choose one of {', '.join(NAMES)}")
     try:
         module = importlib.import_module(f"{__name__}.{name}")
     except ImportError as e:

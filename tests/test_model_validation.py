@@ -1,0 +1,108 @@
+"""Invalid models are refused at load, as onnx.checker and ONNX Runtime refuse them: each case is
+one ONNX Runtime refuses too (asserted here, so a case ORT would run is not ours to refuse), and
+the error names what is wrong."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import transmuter
+from transmuter.errors import ModelLoadError
+
+from .fixtures import ROOT
+from .test_engine import info, make_model
+
+X, Y = info("x", T.FLOAT, [2]), info("y", T.FLOAT, [2])
+
+
+def add(output=None, y=Y, opset=18, initializers=()):
+    return make_model([helper.make_node("Add", ["x", "y"], ["z"])], [X, y],
+                      [output or info("z", T.FLOAT, [2])], initializers, opset=opset)
+
+
+def no_opset_import():
+    model = add()
+    del model.opset_import[:]
+    return model
+
+
+def negative_dims():
+    model = make_model([helper.make_node("Add", ["x", "w"], ["z"])], [X],
+                       [info("z", T.FLOAT, [2])])
+    weight = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    weight.dims[:] = [-2]
+    model.graph.initializer.append(weight)
+    return model
+
+
+def node_in_unlisted_domain():
+    return make_model([helper.make_node("FastGelu", ["x"], ["z"], domain="com.microsoft")], [X],
+                      [info("z", T.FLOAT, [2])])
+
+
+CASES = {
+    "initializer shadowing a node output": (
+        lambda: add(initializers={"z": np.ones(2, np.float32)}), "writes 'z'.*assigned once"),
+    "duplicate node outputs": (
+        lambda: make_model([helper.make_node("Add", ["x", "y"], ["z"]),
+                            helper.make_node("Sub", ["x", "y"], ["z"])], [X, Y],
+                           [info("z", T.FLOAT, [2])]), "'Sub'.*writes 'z'"),
+    "an output nothing produces": (
+        lambda: add(output=info("w", T.FLOAT, [2])), "Output 'w'.*produced by no node"),
+    "a node reading an undefined name": (
+        lambda: make_model([helper.make_node("Relu", ["nowhere"], ["z"])], [X],
+                           [info("z", T.FLOAT, [2])]), "reads 'nowhere'"),
+    "declared output type ignored": (
+        lambda: add(output=info("z", T.INT64, [2])), r"float32\) vs \(int64"),
+    "Add of mismatched types": (
+        lambda: add(y=info("y", T.INT64, [2])), "types do not agree.*inconsistent type"),
+    "opset 0": (lambda: add(opset=0), "opset 0 of domain 'ai.onnx'"),
+    "opset 99": (lambda: add(opset=99), "opset 99 .*not defined"),
+    "opset 10**6": (lambda: add(opset=10**6), "opset 1000000"),
+    "no opset_import": (no_opset_import, "no opset_import"),
+    "negative initializer dims": (negative_dims, r"'w'.*negative dimension: \[-2\]"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_onnxruntime_refuses_the_case(case):
+    with pytest.raises(Exception):  # noqa: B017 - any refusal: ORT's messages are its own
+        ort.InferenceSession(CASES[case][0]().SerializeToString())
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("case", CASES)
+def test_refused_at_load_with_the_reason(case, backend):
+    make, reason = CASES[case]
+    with pytest.raises(ModelLoadError, match=reason):
+        transmuter.load(make(), backend=backend)
+    with pytest.raises(ModelLoadError, match=reason):  # bytes take the same path
+        transmuter.load(make().SerializeToString(), backend=backend)
+
+
+def test_lenient_where_onnxruntime_is_shapes_declared_against_inference():
+    """onnxruntime-genai's builder declares rank-0 shapes on rank-1 Constants: onnx's strict
+    inference refuses the file, ONNX Runtime runs it, so do we (only type conflicts refuse)."""
+    path = ROOT / "llama-gqa/onnx/model.onnx"
+    with pytest.raises(onnx.shape_inference.InferenceError, match="differ in rank"):
+        onnx.shape_inference.infer_shapes(onnx.load(path), strict_mode=True)
+    ort.InferenceSession(str(path))
+    transmuter.load(str(path))
+
+
+def test_lenient_where_onnxruntime_is_a_contrib_node_without_its_import():
+    """ONNX Runtime runs a com.microsoft node whose domain opset_import does not list (as
+    version 1): so do we."""
+    model = node_in_unlisted_domain()
+    feed = {"x": np.array([-1, 2], np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feed)[0]
+    got = transmuter.run(transmuter.load(model), feed)["z"]
+    np.testing.assert_allclose(got, want, atol=1e-6)  # FastGelu's tanh approximation, f32
+
+
+def test_a_valid_model_still_loads_and_runs():
+    feed = {"x": np.array([1, 2], np.float32), "y": np.array([3, 4], np.float32)}
+    np.testing.assert_array_equal(transmuter.run(transmuter.load(add()), feed)["z"], [4, 6])
