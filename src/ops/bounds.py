@@ -1,5 +1,7 @@
-"""Which input of an op indexes another, and over what range: the ``indices=`` metadata of
-Gather, GatherElements, GatherND, ScatterND and their kin.
+"""Bounds an op's inputs must keep: which input of an op indexes another, and over what range
+(the ``indices=`` metadata of Gather, GatherElements, GatherND, ScatterND and their kin), and how
+large an array an op whose output size a value decides may make (``check_allocation``: Expand,
+Tile, ConstantOfShape, Range, Pad, OneHot, Resize, refused before they allocate).
 
 ONNX Runtime refuses an index past its axis; a compiled gather cannot raise (JAX reads NaN or
 clamps, MLX reads past the buffer), so the checks happen on the host, where the values are known
@@ -10,6 +12,9 @@ clamps, MLX reads past the buffer), so the checks happen on the host, where the 
 """
 
 import dataclasses
+import os
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,3 +54,38 @@ class Leading:
         if b < 0 or b + k > len(data_shape):
             return None
         return tuple((b + i, data_shape[b + i]) for i in range(k))
+
+
+class TooLarge(MemoryError):
+    """An op would make an array past ``max_array_bytes()``: refused before it allocates (the
+    runner names the node)."""
+
+
+def max_array_bytes():
+    """The largest array an op may make: TRANSMUTER_MAX_ARRAY_BYTES, else the machine's memory
+    (one array larger than all of it is a shape gone wrong, never a model)."""
+    given = os.environ.get("TRANSMUTER_MAX_ARRAY_BYTES")
+    if given:
+        return int(given)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): 64 GiB
+        return 64 << 30
+
+
+def check_allocation(shape, dtype, what="the output"):
+    """Raise TooLarge when an array of ``shape`` and ``dtype`` would pass max_array_bytes()."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:  # an MLX dtype: mlx.core.float32
+        dtype = np.dtype(str(dtype).split(".")[-1])
+    count = 1
+    for d in shape:
+        count *= max(int(d), 0)  # Python ints: 2**62 * 2**62 does not wrap
+    size = count * dtype.itemsize
+    limit = max_array_bytes()
+    if size > limit:
+        raise TooLarge(f"{what} would be {list(int(d) for d in shape)} of "
+                       f"{dtype.name}: {size / 2**30:,.1f} GiB, past the "
+                       f"{limit / 2**30:,.1f} GiB an array may take (the machine's memory; "
+                       "TRANSMUTER_MAX_ARRAY_BYTES moves the limit)")

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from .bounds import check_allocation
 from .registry import op
 
 
@@ -140,6 +141,10 @@ def _resize(xp, x, roi, scales, sizes, *, mode="nearest", axes=None, antialias=0
     if roi is not None and len(roi) == 2 * rank and len(axes) < rank:
         roi = [roi[a] for a in axes] + [roi[rank + a] for a in axes]
     n = len(axes)
+    out_shape = list(x.shape)
+    for axis, size in zip(axes, sizes):
+        out_shape[axis] = size
+    check_allocation(out_shape, np.float32)  # the float32 intermediate it resizes in
     xf = xp.astype(x, np.float32) if mode != "nearest" and (
         xp.is_half(x) or not xp.is_float(x)) else x
     y = xf

@@ -1,8 +1,10 @@
 """Shapes and layout: Shape, Reshape, Transpose, Concat, Split, Slice, Gather, Expand, Pad, ..."""
 
+import math
+
 import numpy as np
 
-from .bounds import Along, Leading
+from .bounds import Along, Leading, check_allocation
 from .registry import op
 
 
@@ -191,24 +193,32 @@ def gather_nd(xp, x, indices, *, batch_dims=0):
 @op("Expand", 8, static=(1,))
 def expand(xp, x, shape):
     target = tuple(int(d) for d in np.broadcast_shapes(tuple(x.shape), tuple(_ints(shape))))
+    check_allocation(target, x.dtype)
     return xp.broadcast_to(x, target)
 
 
 @op("Tile", 6, static=(1,))
 def tile(xp, x, repeats):
-    return xp.tile(x, tuple(_ints(repeats)))
+    repeats = tuple(_ints(repeats))
+    check_allocation([d * r for d, r in zip(x.shape, repeats)], x.dtype)
+    return xp.tile(x, repeats)
 
 
 @op("ConstantOfShape", 9, static=(0,))
 def constant_of_shape(xp, shape, *, value=None):
     value = np.zeros(1, np.float32) if value is None else value
-    return np.full(tuple(_ints(shape)), value.reshape(-1)[0], dtype=value.dtype)
+    shape = tuple(_ints(shape))
+    check_allocation(shape, value.dtype)
+    return np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
 
 
 @op("Range", 11, static="all")
 def range_(xp, start, limit, delta):
     # Scalars by the spec; one-element tensors (as some exported functions give) accepted too.
     start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+    if delta != 0:  # the spec's count: max(ceil((limit - start) / delta), 0)
+        check_allocation([max(math.ceil((float(limit) - float(start)) / float(delta)), 0)],
+                         start.dtype)
     return np.arange(start, limit, delta, dtype=start.dtype)
 
 
@@ -223,6 +233,7 @@ def _pad(xp, x, pads, mode, value, axes=None):
     crop = tuple(slice(max(-lo, 0), x.shape[a] - max(-hi, 0)) for a, (lo, hi) in enumerate(width))
     x = x[crop]
     width = [(max(lo, 0), max(hi, 0)) for lo, hi in width]
+    check_allocation([d + lo + hi for d, (lo, hi) in zip(x.shape, width)], x.dtype)
     if mode == "constant":
         return xp.pad(x, width, mode="constant", constant_values=value)
     return xp.pad(x, width, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
@@ -255,6 +266,7 @@ def non_zero(xp, x):
 @op("OneHot", 11, static=(1,))
 def one_hot(xp, indices, depth, values, *, axis=-1):
     depth = int(np.asarray(depth).reshape(-1)[0])
+    check_allocation([*indices.shape, depth], values.dtype)
     indices = xp.where(indices < 0, indices + depth, indices)
     rank = indices.ndim + 1
     axis = _axis(axis, rank)

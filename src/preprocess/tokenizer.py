@@ -395,3 +395,9 @@ def _check_text(text, what):
         raise TokenizerError(f"{what} must be a string, got {type(text).__name__}: {text!r:.80}")
     if not text.strip():
         raise TokenizerError(f"{what} is empty; give some text to process")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: what errors="surrogateescape" leaves
+        raise TokenizerError(f"{what} holds {text[e.start]!r} at position {e.start}, a lone "
+                             "surrogate (not valid Unicode): read the file with "
+                             "errors='replace', or as its real encoding") from None

@@ -1,0 +1,66 @@
+"""Ops whose output size a value decides (Expand, Tile, ConstantOfShape, Range, Pad, OneHot,
+Resize) refuse a size past the machine's memory before they allocate: an OpError naming the node
+and the size, where the eager Resize aborted the process and MLX's Tile / Pad segfaulted."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+import transmuter
+from transmuter.errors import OpError
+
+from .test_engine import info, make_model
+
+BIG = 2**40  # elements: 4 TiB of float32, past any test machine
+
+
+def graph(node, inputs, initializers):
+    return make_model([node], inputs, [info("y", T.FLOAT, None)], initializers)
+
+
+X = info("x", T.FLOAT, [1, 1, 2, 2])
+CASES = {
+    "Expand": (helper.make_node("Expand", ["x", "s"], ["y"]), [X],
+               {"s": np.array([BIG, 1, 2, 2], np.int64)}),
+    "Tile": (helper.make_node("Tile", ["x", "r"], ["y"]), [X],
+             {"r": np.array([BIG, 1, 1, 1], np.int64)}),
+    "ConstantOfShape": (helper.make_node("ConstantOfShape", ["s"], ["y"]), [],
+                        {"s": np.array([BIG, 4], np.int64)}),
+    "Range": (helper.make_node("Range", ["a", "b", "d"], ["y"]), [],
+              {"a": np.array(0, np.float32), "b": np.array(2.0**45, np.float32),
+               "d": np.array(1, np.float32)}),
+    "Pad": (helper.make_node("Pad", ["x", "p"], ["y"]), [X],
+            {"p": np.array([0, 0, BIG, 0, 0, 0, 0, 0], np.int64)}),
+    "OneHot": (helper.make_node("OneHot", ["i", "n", "v"], ["y"]),
+               [info("i", T.INT64, [4])],
+               {"n": np.array([BIG], np.int64), "v": np.array([0, 1], np.float32)}),
+    "Resize": (helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear"), [X],
+               {"sc": np.array([1, 1, 2**19, 2**19], np.float32)}),
+}
+FEED = {"x": np.ones((1, 1, 2, 2), np.float32), "i": np.arange(4, dtype=np.int64)}
+
+
+def feed_of(model):
+    return {v.name: FEED[v.name] for v in model.inputs}
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("case", CASES)
+def test_a_bomb_is_refused_before_it_allocates(case, backend):
+    model = transmuter.load(graph(*CASES[case]), backend=backend)
+    with pytest.raises(OpError, match=rf"{case} node.*GiB, past the .*GiB an array may take"):
+        transmuter.run(model, feed_of(model))
+    if model.inputs:  # compiled: the same refusal while tracing, before XLA allocates
+        with pytest.raises(OpError, match="GiB, past"):
+            transmuter.compile(model, feed_of(model))
+
+
+def test_the_limit_moves_with_the_environment(monkeypatch):
+    node, inputs, inits = CASES["Tile"]
+    model = transmuter.load(graph(node, inputs, {"r": np.array([4, 1, 1, 1], np.int64)}))
+    feed = feed_of(model)
+    assert transmuter.run(model, feed)["y"].shape == (4, 1, 2, 2)  # 64 bytes: fine
+    monkeypatch.setenv("TRANSMUTER_MAX_ARRAY_BYTES", "32")
+    with pytest.raises(OpError, match=r"\[4, 1, 2, 2\] of float32"):
+        transmuter.run(model, feed)
