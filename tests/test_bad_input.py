@@ -70,3 +70,13 @@ def test_a_static_input_given_again_unchanged_is_accepted():
 def test_an_unknown_backend_is_named():
     with pytest.raises(InputError, match="Unknown backend 'torch': choose one of jax, mlx"):
         transmuter.load(add_model(), backend="torch")
+
+
+@pytest.mark.parametrize("option", ["temperature", "repetition_penalty", "top_p", "min_p",
+                                    "length_penalty"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_generation_options_refuse_nan_and_inf(option, value):
+    from transmuter.generation import GenerationConfig
+
+    with pytest.raises(InputError, match=option):
+        GenerationConfig(**{option: value}).validate()

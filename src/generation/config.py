@@ -4,6 +4,7 @@ Names and defaults follow transformers' ``GenerationConfig``; a setting the loop
 implement is refused here rather than silently ignored."""
 
 import dataclasses
+import math
 
 from ..errors import InputError
 
@@ -147,7 +148,8 @@ def check_options(task, options):
 
 
 def _number(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """A finite int or float (nan and inf are no temperature, penalty or probability)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _positive_int(x, name):
