@@ -31,6 +31,7 @@ TASKS = {
     "depth-estimation": ("vision.depth", "DepthEstimationPipeline"),
     "image-to-image": ("vision.image_to_image", "ImageToImagePipeline"),
     "image-feature-extraction": ("vision.embedding", "ImageFeatureExtractionPipeline"),
+    "image-to-text": ("vision.image_to_text", "ImageToTextPipeline"),
     "image-embedding": ("vision.embedding", "ImageEmbeddingPipeline"),
     "text-to-audio": ("audio.text_to_speech", "TextToAudioPipeline"),
     "audio-classification": ("audio.classification", "AudioClassificationPipeline"),
@@ -48,8 +49,7 @@ ALIASES = {
     "text-to-speech": "text-to-audio",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
-PLANNED = {"image-to-text",
-           "background-removal",
+PLANNED = {"background-removal",
            "mask-generation"}
 
 

@@ -38,6 +38,8 @@ time "$EXPORT" tests/support/record_tts_tokenizers.py  # VitsTokenizer / SpeechT
 time "$EXPORT" tests/support/families_audio_more.py  # wav2vec2-classifier, hubert-ctc (wav2vec2's vocab, the cases above)
 time "$EXPORT" tests/support/families_audio_clap_split.py  # clap-split: the clap fixture's weights as text_model / audio_model
 time "$EXPORT" tests/support/families_audio_moonshine.py  # moonshine: encoder + merged decoder, ASR cases on the speech
+time "$EXPORT" tests/support/families_image_to_text.py  # trocr: DeiT + TrOCR decoder, encoder + merged decoder
+time "$EXPORT" tests/support/record_image_to_text.py  # image-to-text pipeline cases: rebuilds vision-encoder-decoder and trocr
 time "$EXPORT" tests/support/families_vision_more.py
 time "$EXPORT" tests/support/families_vision_owl.py
 time "$EXPORT" tests/support/families_vision_rtdetr.py
