@@ -28,9 +28,11 @@ venv (so no ``pip install ".[bench]"``: transmuter itself asks for huggingface_h
 Transmuter imports huggingface_hub only to download, so a local folder runs fine there.
 
 Transmuter embeds everything once untimed (that compiles every padded shape the timed pass
-meets; its time is printed as "first pass"), the peers embed two batches untimed (they compile
-nothing); then ``--repeat`` timed passes each, the best counts. ``--sequence-length 16,32,64,128``
-sets Transmuter's padded lengths (default: the pipeline's [32, 128, 512] capped at 256).
+meets; its time is printed as "first pass", with the padded / real tokens of its batches, those
+of sentence-transformers' batches, which it sorts by characters and pads to their longest row,
+and the number of shapes compiled), the peers embed two batches untimed (they compile nothing);
+then ``--repeat`` timed passes each, the best counts. ``--sequence-length 16,32,64,128`` sets
+Transmuter's padded lengths (default: the pipeline's, a few per power of two up to 256).
 Threads: every engine uses all cores (torch's and onnxruntime's defaults, XLA's CPU client).
 """
 
@@ -93,15 +95,49 @@ def engines(folder, torch_folder, batch_size, backend, sequence_length):
     pipe = transmuter.pipeline("text-embedding", folder, backend=backend, batch_size=batch_size,
                                sequence_length=sequence_length)
     print(pipe)
+    padded = _count_padding(pipe)
     st_torch = SentenceTransformer(str(torch_folder), device="cpu")
     st_onnx = SentenceTransformer(str(folder), device="cpu", backend="onnx",
                                   model_kwargs={"file_name": "onnx/model.onnx"})
     kw = dict(batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
     return {
-        f"transmuter ({backend})": lambda texts: np.stack(pipe(texts)),
+        f"transmuter ({backend})": lambda texts: np.stack(padded(texts)),
         "sentence-transformers onnx": lambda texts: st_onnx.encode(texts, **kw),
         "sentence-transformers torch": lambda texts: st_torch.encode(texts, **kw),
     }
+
+
+def _count_padding(pipe):
+    """``embed(texts)`` that, on its first call, prints the padded / real tokens of the
+    pipeline's batches and of sentence-transformers' (sorted by characters, each padded to its
+    longest row) and how many shapes the pipeline compiled."""
+    shapes, feed = [], pipe._feed
+
+    def recording(chunks):
+        out = feed(chunks)
+        shapes.append(out["input_ids"].shape)
+        return out
+
+    def embed(texts):
+        if shapes:
+            return pipe(texts)
+        pipe._feed = recording
+        try:
+            out = pipe(texts)
+        finally:
+            pipe._feed = feed
+        real = [len(pipe.tokenizer.encode(t, max_length=pipe.sequence_lengths[-1]).ids)
+                for t in texts]
+        by_chars = [real[i] for i in np.argsort([-len(t) for t in texts], kind="stable")]
+        peer = sum(max(by_chars[i:i + pipe.batch_size]) * len(by_chars[i:i + pipe.batch_size])
+                   for i in range(0, len(real), pipe.batch_size))
+        compiled = pipe.model.shared["compiled"].cache_info().misses
+        print(f"padded / real tokens: transmuter {sum(r * n for r, n in shapes) / sum(real):.3f}"
+              f" ({len(set(shapes))} shapes, {compiled} compiles), sentence-transformers "
+              f"{peer / sum(real):.3f}")
+        return out
+
+    return embed
 
 
 def main():

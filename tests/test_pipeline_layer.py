@@ -3,6 +3,7 @@ their compiled functions are freed with the pipeline, one padding policy, featur
 the task."""
 
 import gc
+import math
 import weakref
 
 import pytest
@@ -74,6 +75,30 @@ def test_one_padding_policy():
     assert buckets.multiple(33, 32) == 64 and buckets.multiple(32, 32) == 32
     with pytest.raises(PipelineError, match="sequence_length"):
         buckets.lengths([0], 512)
+    # per_octave steps split (2^(k-1), 2^k] into equal parts: 4 steps over (16, 32] are 20..32
+    assert [buckets.octave_length(n) for n in (16, 17, 21, 32, 33)] == [16, 20, 24, 32, 40]
+    assert [buckets.octave_length(n) for n in (16000, 20000, 30000)] == [16384, 20480, 32768]
+    assert buckets.octave_length(33, per_octave=1) == 64  # one step: the power of two
+    assert buckets.octave_lengths(64) == (16, 20, 24, 28, 32, 40, 48, 56, 64)
+    assert buckets.octave_lengths(100, per_octave=2) == (16, 24, 32, 48, 64, 96, 100)  # + cap
+    assert buckets.octave_lengths(10) == (10,)  # a model shorter than the least bucket
+
+
+@pytest.mark.parametrize("per_octave", [1, 2, 4, 8])
+def test_octave_padding_is_bounded_and_monotonic(per_octave):
+    padded = [buckets.octave_length(n, per_octave) for n in range(1, 5000)]
+    for n, b in enumerate(padded, start=1):
+        assert n <= b <= (1 + 1 / per_octave) * n  # the bound its docstring promises
+        assert buckets.octave_length(b, per_octave) == b  # a step pads to itself
+    assert padded == sorted(padded)  # a longer row never pads shorter
+    # the default buckets: every row from the least bucket to the cap within the same bound,
+    # with per_octave buckets a doubling (and the cap)
+    cap, least = 300, 16
+    lengths = buckets.octave_lengths(cap, per_octave, least)
+    assert lengths[0] == least and lengths[-1] == cap and lengths == tuple(sorted(set(lengths)))
+    assert len(lengths) <= per_octave * math.log2(cap / least) + 2
+    for n in range(least, cap + 1):
+        assert n <= buckets.length(n, lengths) <= (1 + 1 / per_octave) * n
 
 
 def test_featurizers_follow_the_task():

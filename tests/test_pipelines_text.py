@@ -2,8 +2,9 @@
 fixtures (references/pipeline_<task>.json), plus the Pipeline contract: batching, lists,
 generators, bad inputs.
 
-Every pipeline here pads to one length (sequence_length=32) and the graphs compile once per
-padded shape, shared by the tests of this module (one loaded model per fixture)."""
+Every pipeline here pads to one length (sequence_length=32; the default buckets in one test) and
+the graphs compile once per padded shape, shared by the tests of this module (one loaded model per
+fixture)."""
 
 import json
 import math
@@ -130,6 +131,19 @@ def test_sequence_buckets_and_truncation(pipes):
     wide = transmuter.pipeline("text-classification", ROOT / "bert-sequence-classification",
                                sequence_length=[16, 64, 4096])
     assert wide.sequence_lengths == (16, 64, 512)  # capped at the model's 512 positions
+
+
+def test_default_padding_matches_recorded(pipes):
+    """The default buckets (a few per power of two, up to the model's maximum) pad the short and
+    long reference sentences to different lengths, in one batch and alone: the embeddings stay
+    sentence-transformers' (the padded positions are masked out; TOL as everywhere here)."""
+    call = reference("text-embedding", "bert-sentence-transformers")["calls"][0]
+    pipe = pipes("text-embedding", "bert-sentence-transformers", sequence_length=None,
+                 **call["call_kwargs"])
+    assert pipe.sequence_lengths == (16, 20, 24)  # 4 steps over (16, 32], capped at the
+    # tokenizer's model_max_length (24), where sentence-transformers truncates too
+    assert_close(pipe(call["inputs"], batch_size=2), call["outputs"])
+    assert_close([pipe(x) for x in call["inputs"]], call["outputs"])
 
 
 def test_text_pairs(pipes):

@@ -85,7 +85,7 @@ class AudioFeaturizer:
         """The compiled shape ``item`` needs (a batch holds one)."""
         main = self.main(item)
         if main.ndim == 1 and self.masked:
-            return (buckets.audio_length(main.shape[0]),)
+            return (buckets.octave_length(main.shape[0]),)
         return main.shape
 
     def batch(self, items, rows, inputs, task):

@@ -13,9 +13,10 @@ _OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "mpnet
 
 
 class TextPipeline(Pipeline):
-    """A pipeline over a tokenizer: encodings padded to ``sequence_length`` buckets (default
-    32, 128, 512), each capped at the longest sequence the model takes (and at ``max_length``,
-    e.g. sentence-transformers' max_seq_length)."""
+    """A pipeline over a tokenizer: encodings padded to ``sequence_length`` buckets, each capped
+    at the longest sequence the model takes (and at ``max_length``, e.g. sentence-transformers'
+    max_seq_length); by default ``buckets.octave_lengths`` up to that cap (16, 20, 24, 28, 32,
+    40, ...: a batch pads to at most 1/4 past its longest row)."""
 
     featurizers = ("tokenizer",)
 
@@ -24,8 +25,8 @@ class TextPipeline(Pipeline):
         self.tokenizer = tokenizer
         self.config = dict(config or {})
         self.max_length = min(x for x in (self._max_length(), max_length) if x)
-        given = buckets.DEFAULT_SEQUENCE_LENGTHS if sequence_length is None else sequence_length
-        self.sequence_lengths = buckets.lengths(given, self.max_length)
+        self.sequence_lengths = (buckets.octave_lengths(self.max_length) if sequence_length is None
+                                 else buckets.lengths(sequence_length, self.max_length))
         self.featurizer = TextFeaturizer(tokenizer, self.sequence_lengths)
         super().__init__(model, config, **kwargs)
 
