@@ -57,18 +57,25 @@ class Repo:
         return self._fetch(path)
 
     def json(self, name, default=None):
-        """Parsed JSON file ``name``, or ``default`` when the repo lacks it."""
+        """Parsed JSON file ``name``, or ``default`` when the repo lacks it. Settings files
+        (``*config.json``, special_tokens_map.json) and those whose default is a dict or a list
+        must hold that kind of value."""
         if not self.has(name):
             return default
         try:
             with open(self.file(name), encoding="utf-8") as f:
-                return json.load(f)
+                value = json.load(f)
         except (OSError, ValueError) as e:
             raise HubError(f"{self.name}: cannot read {name} ({e})") from e
+        kind = dict if name.endswith(SETTINGS_FILES) else type(default)
+        if kind in (dict, list) and not isinstance(value, kind):
+            raise HubError(f"{self.label}: {name} holds a JSON {type(value).__name__}, where a "
+                           f"JSON {'object' if kind is dict else 'array'} belongs: fix the file")
+        return value
 
     def config(self) -> dict:
         if getattr(self, "_config", None) is None:
-            self._config = self.json("config.json", {})
+            self._config = _checked_config(self.json("config.json", {}), self.label)
         return self._config
 
     def js_config(self) -> dict:
@@ -117,6 +124,12 @@ def _walk(folder) -> list[str]:
         rel = os.path.relpath(root, folder).replace(os.sep, "/")
         files += [n if rel == "." else f"{rel}/{n}" for n in names]
     return sorted(files)
+
+
+# files of settings: a JSON object at the top, whatever the caller's default
+SETTINGS_FILES = ("config.json", "special_tokens_map.json")
+# config.json's context lengths (generation reads the first present)
+POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
 
 
 def is_repo_id(source) -> bool:
@@ -331,6 +344,22 @@ class HubRepo(Repo):
                     "Check the connection, a proxy, or HF_ENDPOINT", "offline")
         return (f"the connection to {ep} broke when asked to {doing} ({e})", "Try again later",
                 "the Hub's answer broken")
+
+
+def _checked_config(config, label):
+    """config.json with the fields every pipeline reads checked: label maps are objects, and
+    position limits positive ints (each refused with the field, not a failure far inside)."""
+    for key in ("id2label", "label2id"):
+        if key in config and not isinstance(config[key], dict):
+            raise HubError(f"{label}: config.json's {key} is a JSON {type(config[key]).__name__},"
+                           " where transformers reads an object ({\"0\": \"LABEL\", ...})")
+    for key in POSITION_LIMITS:
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
+                                  value < 1):
+            raise HubError(f"{label}: config.json's {key} must be a positive int, got "
+                           f"{value!r:.80}")
+    return config
 
 
 def _check_revision(revision):

@@ -80,3 +80,72 @@ def test_generation_options_refuse_nan_and_inf(option, value):
 
     with pytest.raises(InputError, match=option):
         GenerationConfig(**{option: value}).validate()
+
+
+def _broken_copy(tmp_path, fixture, name, edit):
+    """A copy of a fixture whose file ``name`` is rewritten by ``edit(text) -> text``."""
+    import shutil
+
+    folder = tmp_path / fixture
+    shutil.copytree(ROOT / fixture, folder)
+    path = folder / name
+    path.write_text(edit(path.read_text()))
+    return folder
+
+
+def _with(**fields):
+    import json
+
+    return lambda text: json.dumps({**json.loads(text), **fields})
+
+
+REPO_FILES = [  # (fixture, file, edit, the error's type name, its message)
+    ("bert-sequence-classification", "config.json", lambda t: "[1, 2]", "HubError",
+     "config.json holds a JSON list, where a JSON object belongs"),
+    ("bert-sequence-classification", "config.json", _with(id2label=["a", "b", "c"]), "HubError",
+     "config.json's id2label is a JSON list"),
+    ("bert-sequence-classification", "config.json", _with(max_position_embeddings=-5),
+     "HubError", "max_position_embeddings must be a positive int, got -5"),
+    ("bert-sequence-classification", "config.json", _with(max_position_embeddings="x"),
+     "HubError", "max_position_embeddings must be a positive int, got 'x'"),
+    ("bert-sequence-classification", "tokenizer_config.json", _with(model_max_length=-1),
+     "TokenizerError", "model_max_length must be a positive number, got -1"),
+    ("bert-sequence-classification", "tokenizer_config.json", _with(model_max_length="big"),
+     "TokenizerError", "model_max_length must be a positive number, got 'big'"),
+    ("bert-sequence-classification", "special_tokens_map.json", lambda t: '["[CLS]"]',
+     "HubError", "special_tokens_map.json holds a JSON list"),
+    ("bert-sequence-classification", "tokenizer.json", lambda t: t[:500], "TokenizerError",
+     "tokenizer.json cannot be read"),
+    ("vit", "preprocessor_config.json", lambda t: "[]", "HubError",
+     "preprocessor_config.json holds a JSON list"),
+]
+
+
+@pytest.mark.parametrize("fixture,name,edit,error,match", REPO_FILES,
+                         ids=[f"{f}/{n}:{m[:30]}" for f, n, _, _, m in REPO_FILES])
+def test_broken_repo_files_are_named(tmp_path, fixture, name, edit, error, match):
+    task = "image-classification" if fixture == "vit" else "text-classification"
+    folder = _broken_copy(tmp_path, fixture, name, edit)
+    with pytest.raises(transmuter.errors.TransmuterError, match=match) as caught:
+        transmuter.pipeline(task, folder)
+    assert type(caught.value).__name__ == error
+
+
+@pytest.mark.parametrize("template,match", [
+    ("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+     "loops ran past 1,000,000 range steps"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+     "loops ran past"),  # writes nothing, yet would run 10**10 steps
+    ("{{ 'x' * 10**10 }}", "repeats a str 10,000,000,000 times"),
+    ("{{ 2 ** 100000000 }}", "more than 100,000 bits"),
+    ("{% for m in messages %}{{ m.content * 3 }}{% endfor %}", None),  # within bounds
+])
+def test_chat_templates_are_bounded(template, match):
+    from transmuter.preprocess.chat_template import ChatTemplateError, render
+
+    messages = [{"role": "user", "content": "hi"}]
+    if match is None:
+        assert render(template, messages) == "hihihi"
+        return
+    with pytest.raises(ChatTemplateError, match=match):
+        render(template, messages)

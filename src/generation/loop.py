@@ -14,6 +14,7 @@ import numpy as np
 from ..backends.numpy import XP as HOST
 from ..compiled import CompiledFunction
 from ..errors import InputError
+from ..hub import POSITION_LIMITS
 from .cache import CacheLayout, write_rows
 from .beam import BeamSearch
 from .processors import State, build as build_processors
@@ -23,7 +24,6 @@ from .stopping import StopStrings, finished
 
 
 # config.json names of the longest sequence the model's positions cover.
-_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
 # A growing cache compiles one shape per step; keep a few generations' worth.
 _GROW_CACHE_SIZE = 256
 
@@ -49,7 +49,7 @@ class Generator:
         self.dtypes = {v.name: v.dtype for v in model.inputs}
         self.write = model.backend.compile(lambda c, n, s: write_rows(model.backend.xp, c, n, s),
                                            donate_argnums=(0,))
-        self.context = next((self.model_config[k] for k in _CONTEXT_KEYS
+        self.context = next((self.model_config[k] for k in POSITION_LIMITS
                              if self.model_config.get(k)), None)
         self.stats = None
 

@@ -8,6 +8,7 @@ the ``loopcontrols`` extension, a ``{% generation %}`` block (rendered as its bo
 globals. The tokenizer's special tokens (``bos_token``, ``eos_token``, ...) are variables.
 """
 
+import contextvars
 import datetime
 import functools
 import json
@@ -15,6 +16,12 @@ import json
 from ..errors import InputError
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
+# Bounds of one render (module settings: raise them here for a template that needs more). A
+# real template loops over the messages and a few ranges and writes a prompt of some thousand
+# characters; a hostile one nests ranges (10**10 steps) or repeats a string past memory.
+MAX_LOOP_STEPS = 10**6  # items of every range() in the render, together
+MAX_PROMPT_CHARS = 2**25  # characters rendered (and of one string a '*' makes)
+_steps_left = contextvars.ContextVar("chat_template_steps")
 
 
 class ChatTemplateError(InputError):
@@ -82,8 +89,13 @@ def render(template, messages, *, add_generation_prompt=True, special_tokens=Non
     variables.update(template_options)
     try:
         compiled = _compile(template)
-        return compiled.render(messages=check_messages(messages),
-                               add_generation_prompt=add_generation_prompt, **variables)
+        token = _steps_left.set(MAX_LOOP_STEPS)
+        try:
+            return _bounded_join(compiled.generate(
+                messages=check_messages(messages), add_generation_prompt=add_generation_prompt,
+                **variables))
+        finally:
+            _steps_left.reset(token)
     except ChatTemplateError:
         raise
     except Exception as e:
@@ -105,12 +117,56 @@ def _compile(template):
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return nodes.Scope(body).set_lineno(lineno)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[Generation, loopcontrols])
+    class Bounded(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["*", "**"])
+
+        def call_binop(self, context, operator, left, right):
+            _check_binop(operator, left, right)
+            return super().call_binop(context, operator, left, right)
+
+    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
+    env.globals["range"] = _range
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     return env.from_string(template)
+
+
+def _bounded_join(pieces):
+    out, size = [], 0
+    for piece in pieces:
+        size += len(piece)
+        if size > MAX_PROMPT_CHARS:
+            raise ChatTemplateError(f"The chat template wrote more than {MAX_PROMPT_CHARS:,} "
+                                    "characters: it does not end as a prompt should")
+        out.append(piece)
+    return "".join(out)
+
+
+def _range(*args):
+    """range() that draws its items from the render's MAX_LOOP_STEPS."""
+    items = range(*args)
+    left = _steps_left.get(MAX_LOOP_STEPS) - len(items)
+    if left < 0:
+        raise ChatTemplateError(f"The chat template's loops ran past {MAX_LOOP_STEPS:,} range "
+                                "steps: it does not end as a template should")
+    _steps_left.set(left)
+    return items
+
+
+def _check_binop(operator, left, right):
+    """Refuse a '*' that repeats a string or list past MAX_PROMPT_CHARS, and a '**' whose result
+    would take more than a few thousand digits (both run for minutes or exhaust memory)."""
+    if operator == "*":
+        for seq, times in ((left, right), (right, left)):
+            if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and \
+                    len(seq) * times > MAX_PROMPT_CHARS:
+                raise ChatTemplateError(f"The chat template repeats a {type(seq).__name__} "
+                                        f"{times:,} times: past {MAX_PROMPT_CHARS:,} items")
+    elif isinstance(left, int) and isinstance(right, int) and right > 0 and \
+            abs(left) > 1 and right * max(abs(left).bit_length(), 1) > 10**5:
+        raise ChatTemplateError(f"The chat template computes {left} ** {right}: a number of "
+                                "more than 100,000 bits")
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):

@@ -26,6 +26,18 @@ _STRATEGIES = {"longest_first": "longest_first", True: "longest_first",
 
 
 
+def max_length(config, default=None):
+    """tokenizer_config.json's model_max_length: a positive int, or None for transformers'
+    "no limit" (its VERY_LARGE_INTEGER, 1e30) and for none given."""
+    limit = config.get("model_max_length", default)
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+        raise TokenizerError(f"tokenizer_config.json's model_max_length must be a positive "
+                             f"number, got {limit!r:.80}: fix or remove it")
+    return int(limit) if limit < NO_LIMIT else None
+
+
 def repo_config(repo):
     """A repo's tokenizer_config.json, with special_tokens_map.json filling the keys it lacks or
     leaves null (NLLB's additional_special_tokens)."""
@@ -47,8 +59,7 @@ class Tokenizer:
         backend.no_truncation()
         backend.no_padding()
         self._truncation = None
-        limit = self.config.get("model_max_length")
-        self.model_max_length = int(limit) if limit and limit < NO_LIMIT else None
+        self.model_max_length = max_length(self.config)
         self.padding_side = self.config.get("padding_side", "right")
         self.clean_up_tokenization_spaces = bool(self.config.get("clean_up_tokenization_spaces",
                                                                  False))
@@ -88,7 +99,12 @@ class Tokenizer:
             raise TokenizerError(f"{repo.label} has no tokenizer.json (only fast tokenizers are "
                                  "supported); pass tokenizer=... or use a repo that has one")
         config = repo_config(repo)
-        return cls(Backend.from_file(repo.file("tokenizer.json")), config)
+        try:
+            backend = Backend.from_file(repo.file("tokenizer.json"))
+        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception
+            raise TokenizerError(f"{repo.label}: tokenizer.json cannot be read ({e}); download "
+                                 "it again, or pass tokenizer=...") from None
+        return cls(backend, config)
 
     def _special_ids(self):
         ids = {i for i in (self.pad_token_id, self.unk_token_id, self.cls_token_id,
@@ -285,8 +301,7 @@ class MarianTokenizer:
         self.target = sentencepiece.SentencePieceProcessor(model_file=target_spm)
         self.vocab = dict(vocab)
         self.inverse = {i: t for t, i in self.vocab.items()}
-        limit = self.config.get("model_max_length", 512)
-        self.model_max_length = int(limit) if limit and limit < NO_LIMIT else None
+        self.model_max_length = max_length(self.config, 512)
         self.clean_up_tokenization_spaces = bool(self.config.get("clean_up_tokenization_spaces",
                                                                  False))
         self.padding_side = "right"

@@ -20,8 +20,8 @@ import json
 import re
 
 from ..errors import InputError
-from .tokenizer import (NO_LIMIT, Tokenizer, TokenizerError, _check_text, _content, _Encoding,
-                        repo_config)
+from .tokenizer import (Tokenizer, TokenizerError, _check_text, _content, _Encoding,
+                        max_length, repo_config)
 
 _NON_ASCII = re.compile(r"[^\x00-\x7F]")
 
@@ -47,8 +47,7 @@ class VitsTokenizer:
         self.unk_token = _content(self.config.get("unk_token")) or "<unk>"
         self.pad_token_id = 0  # add_blank's blank and the padding are id 0, as in transformers
         self.unk_token_id = self.vocab.get(self.unk_token)
-        limit = self.config.get("model_max_length")
-        self.model_max_length = int(limit) if limit and limit < NO_LIMIT else None
+        self.model_max_length = max_length(self.config)
         self.special_tokens = self._special_tokens()
         self.blank = self._blank()
         # normalize_text tries the vocabulary entries in order at each position (first match

@@ -22,8 +22,8 @@ import numpy as np
 
 from ...compiled import CompiledFunction
 from ...errors import InputError
-from ...preprocess.tokenizer import (NO_LIMIT, TokenizerError, _check_text, _content, _Encoding,
-                                    repo_config)
+from ...preprocess.tokenizer import (TokenizerError, _check_text, _content, _Encoding,
+                                    max_length, repo_config)
 from ..base import PipelineError
 
 COMPONENTS = ("encoder_model", "decoder_model_merged", "decoder_postnet_and_vocoder")
@@ -54,8 +54,7 @@ class SpeechT5Tokenizer:
             token = _content(self.config.get(f"{name}_token")) or default
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", self.sp.piece_to_id(token))
-        limit = self.config.get("model_max_length")
-        self.model_max_length = int(limit) if limit and limit < NO_LIMIT else None
+        self.model_max_length = max_length(self.config)
         added = [_content(t) for t in (self.config.get("added_tokens_decoder") or {}).values()]
         specials = {self.bos_token, self.eos_token, self.unk_token, self.pad_token, *added}
         self.special_tokens = sorted((t for t in specials if t), key=len, reverse=True)
