@@ -72,11 +72,27 @@ def _check_graph(graph, outer):
                                      "defines")
         for attr in node.attribute:
             for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                _check_arity(node, attr.name, sub)
                 _check_graph(sub, known)
     for out in graph.output:
         if out.name not in known:
             raise ModelLoadError(f"Output {out.name!r} of {where} is produced by no node, input "
                                  "or initializer")
+
+
+def _check_arity(node, name, body):
+    """A Loop body takes (iteration, condition, carried...) and gives (condition, carried...,
+    scans...); an If branch gives the node's outputs."""
+    if node.op_type == "Loop" and name == "body":
+        inputs, outputs = len(node.input), len(node.output) + 1
+    elif node.op_type == "If":
+        inputs, outputs = 0, len(node.output)
+    else:
+        return
+    if len(body.input) != inputs or len(body.output) != outputs:
+        raise ModelLoadError(f"{_label(node)}: its {name} takes {len(body.input)} inputs and "
+                             f"gives {len(body.output)} outputs, where the node needs "
+                             f"{inputs} and {outputs}")
 
 
 def _label(node):

@@ -1,4 +1,4 @@
-"""Ops whose output size a value decides (Expand, Tile, ConstantOfShape, Range, Pad, OneHot,
+"""Bounds on what a file can make us allocate or run. Ops whose output size a value decides (Expand, Tile, ConstantOfShape, Range, Pad, OneHot,
 Resize) refuse a size past the machine's memory before they allocate: an OpError naming the node
 and the size, where the eager Resize aborted the process and MLX's Tile / Pad segfaulted."""
 
@@ -64,3 +64,44 @@ def test_the_limit_moves_with_the_environment(monkeypatch):
     monkeypatch.setenv("TRANSMUTER_MAX_ARRAY_BYTES", "32")
     with pytest.raises(OpError, match=r"\[4, 1, 2, 2\] of float32"):
         transmuter.run(model, feed)
+
+
+def counted_loop(trips, cond_from_data=False):
+    """x += 1, ``trips`` times (a for loop as exporters write it), or while x < 1e9."""
+    nodes = [helper.make_node("Add", ["x", "one"], ["x_out"])]
+    if cond_from_data:
+        nodes.append(helper.make_node("Less", ["x_out", "far"], ["c_out"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["c"], ["c_out"]))
+    body = helper.make_graph(
+        nodes, "body", [info("i", T.INT64, []), info("c", T.BOOL, []), info("x", T.FLOAT, [1])],
+        [info("c_out", T.BOOL, []), info("x_out", T.FLOAT, [1])],
+        [helper.make_tensor("one", T.FLOAT, [1], [1.0]),
+         helper.make_tensor("far", T.FLOAT, [1], [1e9])])
+    return make_model([helper.make_node("Loop", ["M", "cond", "x0"], ["x"], body=body)],
+                      [info("x0", T.FLOAT, [1])], [info("x", T.FLOAT, [1])],
+                      {"M": np.array(trips, np.int64), "cond": np.array(True)})
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_a_loop_past_its_bound_is_refused_before_it_runs(backend):
+    feed = {"x0": np.zeros(1, np.float32)}
+    small = transmuter.load(counted_loop(5), backend=backend)
+    import onnxruntime as ort
+    want = ort.InferenceSession(counted_loop(5).SerializeToString()).run(None, feed)[0]
+    np.testing.assert_array_equal(transmuter.run(small, feed)["x"], want)  # [5.]: exact
+    endless = transmuter.load(counted_loop(2**62), backend=backend)
+    for call in (lambda: transmuter.run(endless, feed), lambda: transmuter.compile(endless, feed)):
+        with pytest.raises(OpError, match=r"Loop would run 4,611,686,018,427,387,904 iterations"):
+            call()
+
+
+def test_a_host_loop_stops_at_the_bound(monkeypatch):
+    """A loop whose condition comes from data runs on the host (eager) until the bound."""
+    monkeypatch.setenv("TRANSMUTER_MAX_LOOP_TRIPS", "100")
+    model = transmuter.load(counted_loop(2**62, cond_from_data=True))
+    with pytest.raises(OpError, match="past the 100 a loop may run"):
+        transmuter.run(model, {"x0": np.zeros(1, np.float32)})
+    monkeypatch.setenv("TRANSMUTER_MAX_LOOP_TRIPS", "1000")
+    model = transmuter.load(counted_loop(50))  # within the bound: runs
+    assert float(transmuter.run(model, {"x0": np.zeros(1, np.float32)})["x"][0]) == 50.0

@@ -59,6 +59,12 @@ CASES = {
         lambda: add(output=info("z", T.INT64, [2])), r"float32\) vs \(int64"),
     "Add of mismatched types": (
         lambda: add(y=info("y", T.INT64, [2])), "types do not agree.*inconsistent type"),
+    "a Loop body of the wrong arity": (
+        lambda: make_model([helper.make_node("Loop", ["M", "", "x"], ["z"], body=helper.make_graph(
+            [helper.make_node("Identity", ["c"], ["c_out"])], "body",
+            [info("i", T.INT64, []), info("c", T.BOOL, [])], [info("c_out", T.BOOL, [])]))],
+            [X], [info("z", T.FLOAT, [2])], {"M": np.array(3, np.int64)}),
+        "body takes 2 inputs and gives 1 outputs, where the node needs 3 and 2"),
     "opset 0": (lambda: add(opset=0), "opset 0 of domain 'ai.onnx'"),
     "opset 99": (lambda: add(opset=99), "opset 99 .*not defined"),
     "opset 10**6": (lambda: add(opset=10**6), "opset 1000000"),

@@ -8,10 +8,18 @@ Loop and Scan run as Python loops when their values are concrete (eager, or all 
 Under a trace they become the backend's ``while_loop`` (a Loop without scan outputs, any trip
 count) or ``scan`` (a Loop with a host trip count that never stops early; every Scan) when the
 loop-carried shapes are loop-invariant and the body traces; failing that, they unroll when the trip
-count is on the host, and otherwise the node runs eagerly (a break)."""
+count is on the host, and otherwise the node runs eagerly (a break).
+
+A Loop is bounded (``max_loop_trips``): one whose length is known before it runs (a host trip
+count, a condition that stays true) is refused past the bound, and a loop run on the host stops
+with an error when it reaches it. A traced ``while_loop`` whose condition comes from data runs as
+the graph says (as ONNX Runtime runs it)."""
+
+import os
 
 import numpy as np
 
+from .bounds import TooLarge
 from .registry import NeedsStatic, op
 from ..backends import NotConcrete
 from ..runner import NeedsHost, is_static
@@ -82,6 +90,8 @@ def if_(xp, cond, *, then_branch, else_branch):
 def loop(xp, max_trip_count, cond, *carried, body):
     n_scan = len(body.graph.outputs) - 1 - len(carried)
     args = (xp, max_trip_count, cond, list(carried), body, n_scan)
+    if _counted(xp, max_trip_count, cond, body):
+        _check_trips(int(_host(xp, max_trip_count).reshape(-1)[0]))
     control_known = _concrete(xp, max_trip_count) and _concrete(xp, cond)
     if control_known and _concrete(xp, list(carried)):
         try:
@@ -100,11 +110,41 @@ def loop(xp, max_trip_count, cond, *carried, body):
     raise NeedsStatic()
 
 
+def max_loop_trips():
+    """The most iterations a Loop may run: TRANSMUTER_MAX_LOOP_TRIPS, else 10**6 (a loop of an
+    exported model runs a few hundred; 2**62 is a file that never ends)."""
+    return int(os.environ.get("TRANSMUTER_MAX_LOOP_TRIPS") or 10**6)
+
+
+def _check_trips(trips):
+    if trips > max_loop_trips():
+        raise TooLarge(f"the Loop would run {trips:,} iterations, past the {max_loop_trips():,} "
+                       "a loop may run (TRANSMUTER_MAX_LOOP_TRIPS moves the limit)")
+
+
+def _counted(xp, max_trip_count, cond, body):
+    """Whether the loop runs exactly its trip count: a count known on the host, the condition
+    absent or true, and the body passing its condition through (or a constant true), as
+    exporters write ``for`` loops. Only such a loop's length is known before it runs."""
+    if max_trip_count is None or not _concrete(xp, max_trip_count):
+        return False
+    if cond is not None and not (_concrete(xp, cond) and _as_bool(xp, cond)):
+        return False
+    graph = body.graph
+    out, cond_in = graph.outputs[0].name, graph.inputs[1].name
+    if out == cond_in:
+        return True
+    node = next((n for n in graph.nodes if out in n.outputs), None)
+    return node is not None and node.op_type == "Identity" and node.inputs == [cond_in]
+
+
 def _loop_unrolled(xp, max_trip_count, cond, carried, body, n_scan):
     trips = None if max_trip_count is None else int(_host(xp, max_trip_count).reshape(-1)[0])
     keep_going = True if cond is None else _as_bool(xp, cond)
     values, scans, i = list(carried), [], 0
     while keep_going and (trips is None or i < trips):
+        if i == max_loop_trips():  # the body has not stopped it: refused, not run for ever
+            _check_trips(i + 1)
         out = body(np.array(i, np.int64), np.array(keep_going), *values)
         keep_going = _as_bool(xp, out[0])
         values = list(out[1:1 + len(carried)])
