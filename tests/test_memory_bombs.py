@@ -1,6 +1,7 @@
-"""Bounds on what a file can make us allocate or run. Ops whose output size a value decides (Expand, Tile, ConstantOfShape, Range, Pad, OneHot,
-Resize) refuse a size past the machine's memory before they allocate: an OpError naming the node
-and the size, where the eager Resize aborted the process and MLX's Tile / Pad segfaulted."""
+"""Bounds on what a file can make us allocate or run. Ops whose output size a value decides
+(Expand, Tile, ConstantOfShape, Range, Pad, OneHot, Resize) refuse a size past the machine's
+memory before they allocate: an OpError naming the node and the size, where the eager Resize
+aborted the process and MLX's Tile / Pad segfaulted. Loops refuse to run for ever."""
 
 import numpy as np
 import pytest
