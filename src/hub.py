@@ -13,7 +13,6 @@ src/utils/dtypes.js, src/utils/model-loader.js `getModelDataFiles`).
 """
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -21,7 +20,8 @@ import posixpath
 import re
 
 from .errors import HubError
-from .onnx_file import _load_graph, _referenced_files, read_onnx  # noqa: F401 (read_onnx: public)
+from .hub_verify import corruption
+from .onnx_file import _referenced_files, read_onnx  # noqa: F401 (read_onnx: public)
 from .variants import (DTYPE_SUFFIXES, Variant, choose_variant, external_data_files,  # noqa: F401
                        kv_cache_dtype, missing_file_error)
 
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 SCAN_LIMIT = 64 << 20
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-_HASHES = {40: "git sha1", 64: "sha256"}  # ETags: of regular files, of LFS files
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
@@ -273,7 +272,7 @@ class HubRepo(Repo):
     def _verify(self, path, local, etag):
         """Keep a fresh download only if it is the file: huggingface_hub checks its size, not its
         hash, so wrong bytes would stay cached and fail every later load."""
-        if (reason := _corruption(local, path, etag)) is None:
+        if (reason := corruption(local, path, etag, SCAN_LIMIT)) is None:
             return
         for stale in dict.fromkeys((os.path.realpath(local), local)):  # the blob, its link
             with contextlib.suppress(OSError):
@@ -417,33 +416,3 @@ def _transient(e) -> bool:
     status = _status(e) or 0
     return (isinstance(e, (_httpx().TransportError, OfflineModeIsEnabled))
             or status == 429 or status >= 500)
-
-
-def _corruption(local, path, etag):
-    """Why the file at ``local`` is not ``path`` as served with ``etag``, or None. An ETag that is
-    a hash is checked; another (some mirrors') leaves parsing what has a format to parse."""
-    digest = _digest(local, etag)
-    if digest is not None:
-        return None if digest == etag else (f"their {_HASHES[len(etag)]} is {digest}, the "
-                                            f"server's ETag {etag}")
-    try:
-        if path.endswith(".json"):
-            with open(local, encoding="utf-8") as f:
-                json.load(f)
-        elif path.endswith(".onnx") and os.path.getsize(local) <= SCAN_LIMIT:
-            _load_graph(local)
-    except (ValueError, RecursionError, HubError) as e:
-        return f"they do not parse as {path.rsplit('.', 1)[-1].upper()} ({e.__cause__ or e})"
-    return None
-
-
-def _digest(local, etag):
-    """The hash of the file at ``local`` of the kind ``etag`` is (None: no hash we know)."""
-    if not etag or len(etag) not in _HASHES or not re.fullmatch(r"[0-9a-f]+", etag):
-        return None
-    digest = hashlib.sha256() if len(etag) == 64 else hashlib.sha1(
-        b"blob %d\0" % os.path.getsize(local))
-    with open(local, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
