@@ -13,8 +13,9 @@ import os
 
 import numpy as np
 
+from .backends import NotConcrete
 from .compile_cache import check_option
-from .errors import InputError
+from .errors import InputError, StaticInputError
 from .model import check_value
 from .graph import node_reads, walk
 from .runner import NeedsHost, Runner, is_static
@@ -106,8 +107,8 @@ class CompiledFunction:
             if signature is not None:
                 self._checked.add(signature)
         if self.checks:  # index values change every call: checked every call
-            model.check_indices(inputs)
-        params = model.params if params is None else params
+            model.check_indices(self._on_host(inputs))
+        params = model.full_params(params)
         with model.backend.scope():
             env = dict(model.constants)
             env.update(params)
@@ -140,11 +141,27 @@ class CompiledFunction:
         return frozenset(k for k, v in inputs.items() if isinstance(v, np.ndarray)
                          and v.dtype != object and k not in self.donate)
 
+    def _on_host(self, inputs):
+        """``inputs`` readable on the host for the index checks; a traced one (the call runs
+        inside the caller's jax.jit or mx.compile) is refused: its values are unknown here."""
+        for name in {use.input for use in self.model.input_indices.uses} & set(inputs):
+            value = inputs[name]
+            if not is_static(value):
+                try:
+                    self.model.backend.to_host(value)
+                except NotConcrete:
+                    raise InputError(
+                        f"Input {name!r} is traced (this call runs inside jax.jit or "
+                        "mx.compile), so its indices cannot be checked against the table it "
+                        "picks from: check the batch before the compiled step and load (or "
+                        "compile) with checks=False") from None
+        return inputs
+
     def _run_break(self, node, env, data):
         opdef = node.opdef
         for i, name in enumerate(node.inputs):
             if name and (opdef.host or opdef.needs_static(i, len(node.inputs))):
-                env[name] = self._runner.to_host(env[name], node)
+                env[name] = self._host_value(env[name], node, name)
         self._runner.rng = env.get(RNG)  # the concrete key (a trace may have left a tracer)
         reads_data = bool(data) and bool(data & node_reads(node))
         self._runner.run_node(node, env)
@@ -153,6 +170,20 @@ class CompiledFunction:
                 data.add(name)
             elif name and reads_data and isinstance(env[name], np.ndarray):
                 env[name] = self._runner.to_device(env[name])  # back to the device: an argument
+
+    def _host_value(self, value, node, name):
+        """A break reads ``name`` on the host; StaticInputError when it is traced."""
+        try:
+            return self._runner.to_host(value, node)
+        except NeedsHost:
+            raise StaticInputError(
+                f"{node.label} needs {name!r} on the host (a graph break: it sets a shape, a "
+                "count or an index), and here it is traced: either the call runs inside "
+                "jax.jit / mx.compile, where data values are unknown (call the model outside "
+                "jit: jax.grad and value_and_grad alone work, and its own segments are "
+                "compiled), or the value depends on the parameters being differentiated, which "
+                "no gradient can pass through. Giving the input that decides it in "
+                "static_inputs= (compile) removes the break.") from None
 
     def _lacked(self, value):
         """A host array of a type the backend has no arrays of (MLX: float8, int4, ...)."""

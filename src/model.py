@@ -10,7 +10,9 @@ from .compile_cache import check_option
 from .errors import InputError, ModelLoadError, UnsupportedOperatorError
 from .graph import parse_graph, walk
 from .onnx_file import read_onnx, refuse_external_data
+from .trainable import merged, select
 from .validate import validate
+from .weights import WeightTable
 
 # Initializers above these sizes become params: device arrays passed to compiled functions as
 # arguments, never baked in as constants. Smaller ones stay static, on the host, where they fold
@@ -21,9 +23,10 @@ PARAM_MIN_SIZE = 64
 INT_PARAM_MIN_SIZE = 1024
 
 
-def read_proto(source) -> onnx.ModelProto:
-    """The ModelProto of a path, bytes or ModelProto, its external data read in. Bytes and a
-    ModelProto have no folder: their tensors must hold their data already."""
+def read_proto(source, external=None) -> onnx.ModelProto:
+    """The ModelProto of a path, bytes or ModelProto, its external data read in (``external``
+    receives where: onnx_file.read_onnx). Bytes and a ModelProto have no folder: their tensors
+    must hold their data already."""
     if isinstance(source, onnx.ModelProto):
         refuse_external_data(source, "an onnx.ModelProto")
         return source
@@ -35,7 +38,7 @@ def read_proto(source) -> onnx.ModelProto:
         path = os.fspath(source)
         if not os.path.isfile(path):
             raise ModelLoadError(f"No ONNX file at {path!r}")
-        return read_onnx(path)  # reads external data itself, also behind cache symlinks
+        return read_onnx(path, external)  # reads external data itself, also behind cache symlinks
     except ModelLoadError:
         raise
     except Exception as e:
@@ -50,9 +53,12 @@ class Model:
     """A loaded ONNX model. Call it like the model it was exported from: ``model(**inputs)``."""
 
     def __init__(self, proto: onnx.ModelProto, backend="jax", compute_type=None, trainable=False,
-                 checks=True, compile_cache=None):
+                 checks=True, compile_cache=None, external=None, origin=None):
+        """``external``: where the source kept external data (read_proto's record); ``origin``:
+        (repo or None, the file's path in it or on disk), for save_pretrained."""
         validate(proto)
-        self.proto = proto
+        self.weights = WeightTable(proto, external)  # the proto itself is not kept
+        self.origin = origin
         self.backend = backends.get(backend)
         self.opsets = {("" if d.domain == "ai.onnx" else d.domain): d.version
                        for d in proto.opset_import}
@@ -68,16 +74,19 @@ class Model:
 
             upcast_half(self.graph)
         self._resolve_ops()
+        loaded = dict(self.graph.initializers)
         _prepare_weights(self.graph)
+        self.weights.record(loaded, self.graph.initializers)
+        del loaded
         self.compute_type = compute_type
-        self.trainable = trainable
+        self.trainable = select(self.graph, self.weights, trainable)  # names of weights that train
         self.checks = bool(checks)  # the caller's index inputs are checked before each call
         self.compile_cache = check_option(compile_cache)  # read at the first compile
         self._input_indices = None  # index_checks.InputIndices, found on first use
         self.constants, self.params = {}, {}
         with self.backend.scope():
             for name, value in self.graph.initializers.items():
-                if _is_param(value, trainable):
+                if name in self.trainable or _is_param(value):
                     self.params[name] = self.backend.put_weight(value)
                 else:
                     self.constants[name] = value
@@ -146,13 +155,30 @@ class Model:
         self.input_indices.check(inputs)
 
     def __call__(self, **kwargs):
+        return self.apply(None, **kwargs)
+
+    @property
+    def trainable_params(self) -> dict:
+        """The weights ``load(trainable=)`` chose, by initializer name: the pytree to train
+        (a new dict; its arrays are the model's own)."""
+        return {k: v for k, v in self.params.items() if k in self.trainable}
+
+    def apply(self, params, **inputs):
+        """The outputs for ``inputs`` with ``params`` (by initializer name: the trainable ones
+        or all) in place of the loaded weights: a function of params that jax.grad and
+        jax.value_and_grad differentiate (and jax.jit compiles when no graph break reads a value
+        computed from traced data). ``params=None`` runs the loaded weights."""
         from .compiled import CompiledFunction
 
         names = {v.name for v in self.inputs}
-        feed = {k: _torch_to_numpy(v) for k, v in kwargs.items() if k in names}
+        feed = {k: _torch_to_numpy(v) for k, v in inputs.items() if k in names}
         if self._default_fn is None:
             self._default_fn = CompiledFunction(self)
-        return Outputs(self._default_fn(feed))
+        return Outputs(self._default_fn(feed, params=params))
+
+    def full_params(self, params=None) -> dict:
+        """``self.params`` with ``params`` over it (trainable.merged: unknown names refused)."""
+        return merged(self, params)
 
 
 class Outputs(dict):
@@ -212,11 +238,11 @@ def _host_input(info, name, value):
     return value
 
 
-def _is_param(value, trainable):
+def _is_param(value):
     if value.dtype == object:
         return False
     if dtypes.is_float(value.dtype):
-        return value.size > PARAM_MIN_SIZE or (trainable and value.size > 1)
+        return value.size > PARAM_MIN_SIZE
     if value.dtype.itemsize == 1 and value.dtype.kind in "iuV":  # (u)int8, (u)int4, (u)int2
         return value.size > PARAM_MIN_SIZE
     return value.size > INT_PARAM_MIN_SIZE
@@ -262,21 +288,34 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
     where the compiled gather would read NaN or garbage. ``checks=False`` skips that min/max per
     index input (a few microseconds a call) when the inputs are known to be in range.
 
+    ``trainable`` (fine-tuning): True makes every float32/float64 weight a gradient reaches a
+    parameter (``model.trainable_params``, a dict by initializer name, small ones too; scalars
+    stay constants); a list of names or a predicate ``name -> bool`` chooses some and freezes
+    the rest. Integer, quantized and half weights are refused: fine-tune the fp32 export.
+    ``model.apply(params, **inputs)`` is the function to differentiate; ``transmuter.save``
+    writes the trained weights back into the ONNX file.
+
     ``compile_cache`` (JAX): where compiled shapes are kept for the next process. None (the
     default) reads TRANSMUTER_COMPILE_CACHE, else ``~/.cache/transmuter/jax``; a folder puts
     them there; False writes none (docs/compile-cache.md).
     """
     from . import hub
 
+    origin, external = None, {}  # for save_pretrained and the weight table
     if hub.is_repo_source(source):
         repo = hub.resolve(source, revision=revision, cache_dir=cache_dir,
                            local_files_only=local_files_only, token=token)
-        path = repo.fetch_onnx(file) if file else repo.onnx_file("model", variant=variant)
-        source = read_onnx(path)  # external data may sit behind the cache's symlinks
+        file = file or repo.choose("model", variant=variant).path
+        origin = (repo, file)
+        # external data may sit behind the cache's symlinks
+        source = read_onnx(repo.fetch_onnx(file), external)
     elif file is not None:
         raise ModelLoadError(f"file={file!r} applies only when source is a Hub id or a folder")
-    return Model(read_proto(source), backend=backend, compute_type=compute_type,
-                 trainable=trainable, checks=checks, compile_cache=compile_cache)
+    elif isinstance(source, (str, os.PathLike)):
+        origin = (None, os.fspath(source))
+    return Model(read_proto(source, external), backend=backend, compute_type=compute_type,
+                 trainable=trainable, checks=checks, compile_cache=compile_cache,
+                 external=external, origin=origin)
 
 
 def load_beside(model, repo, file):

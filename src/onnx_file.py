@@ -27,9 +27,11 @@ _FIX = ("Copy the data file itself (not a link) into the model's folder, or re-s
         "with onnx.save(model, path, save_as_external_data=True).")
 
 
-def read_onnx(path):
+def read_onnx(path, external=None):
     """``onnx.load`` that reads external data itself, safely: locations must resolve to regular
-    files inside the model's folder (or, in huggingface_hub's cache, the repo's blobs)."""
+    files inside the model's folder (or, in huggingface_hub's cache, the repo's blobs).
+    ``external``, a dict, receives name -> (location, offset, length) of each tensor read so
+    (the weight table's record of where to write it back)."""
     model = _load_graph(path)
     roots = _allowed_roots(os.path.dirname(os.path.abspath(path)))
     for tensor, location, info in _external_tensors(model):
@@ -40,6 +42,8 @@ def read_onnx(path):
         target = _resolve(where, roots, location)
         data = _read(where, target, info)
         _check_size(where, tensor, len(data))
+        if external is not None:
+            external[tensor.name] = (location, _non_negative(where, info, "offset", 0), len(data))
         tensor.raw_data = data
         tensor.data_location = tensor.DEFAULT
         del tensor.external_data[:]

@@ -15,7 +15,7 @@ def run(model, inputs, *, params=None, keep_intermediates=False, checks=None):
     runner = Runner(model.backend, model.opsets)
     with model.backend.scope():
         env = dict(model.constants)
-        env.update(model.params if params is None else params)
+        env.update(model.full_params(params))
         env.update({k: runner.to_device(v) for k, v in inputs.items()})
         runner.run_graph(model.graph, env)
     if keep_intermediates:

@@ -3,6 +3,8 @@
 ONNX graphs are full of int64 and some float64; JAX narrows both unless x64 is on. We enable it
 only inside ``scope()``, around tracing and running, never globally on the user's process."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +12,7 @@ from jax import lax
 
 from . import NotConcrete, common
 from .. import compile_cache
+from ..errors import InputError
 
 
 class JaxNamespace(common.Namespace):
@@ -37,7 +40,7 @@ class JaxNamespace(common.Namespace):
         return x | zero.astype(x.dtype).reshape((1,) * x.ndim)
 
     def softmax(self, x, axis=-1):
-        return jax.nn.softmax(x, axis=axis)
+        return _softmax(x, axis)
 
     def log_softmax(self, x, axis=-1):
         return jax.nn.log_softmax(x, axis=axis)
@@ -119,6 +122,22 @@ _CPU_OPTIONS = {
 _options = {}
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _softmax(x, axis):
+    return jax.nn.softmax(x, axis=axis)
+
+
+@_softmax.defjvp
+def _softmax_jvp(axis, primals, tangents):
+    """jax.nn.softmax's own rule, but a row of all -inf (a padded query that every key is masked
+    from) gets a zero tangent: its output is NaN, as ONNX defines it, and exported attention
+    replaces it by 0 (Where(IsNaN)), yet NaN * 0 in the plain rule would poison every gradient."""
+    (x,), (t,) = primals, tangents
+    y = _softmax(x, axis)
+    safe = jnp.where(jnp.isnan(y), 0, y)
+    return y, safe * (t - (safe * t).sum(axis, keepdims=True))
+
+
 def _compiler_options(dequantized_dots=False):
     """The CPU options above when the default device is a CPU and this jaxlib knows them."""
     if dequantized_dots not in _options:
@@ -154,6 +173,19 @@ class JaxBackend:
 
     def is_array(self, x):
         return isinstance(x, jax.Array)
+
+    def check_params(self, params):
+        """Refuse float64 params being differentiated while x64 is off: jax.grad computes the
+        backward pass after the call returns, outside ``scope()``, where JAX would narrow it to
+        float32 (a warning, then gradients off by ~1e-8)."""
+        if jax.config.jax_enable_x64:
+            return
+        for name, value in params.items():
+            if isinstance(value, jax.core.Tracer) and value.dtype == np.float64:
+                raise InputError(f"params[{name!r}] is float64 and being differentiated with "
+                                 "JAX's 64-bit mode off, so its gradient would be computed in "
+                                 "float32: run jax.grad inside `with jax.enable_x64(True):` (or "
+                                 "set JAX_ENABLE_X64=1)")
 
     def random_key(self, seed):
         return jax.random.PRNGKey(seed & 0xFFFFFFFF)

@@ -46,6 +46,7 @@ time "$EXPORT" tests/support/families_vision_rtdetr.py
 time "$EXPORT" tests/support/families_vision_sr.py
 time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
+time "$EXPORT" tests/support/record_finetune.py  # PyTorch gradients of bert-sequence-classification, vit, gpt2
 time "$EXPORT" tests/support/record_image_processors.py  # pixel_values on scikit-image photos
 time "$EXPORT" tests/support/record_siglip_tokenizer.py
 time "$FAST" tests/support/record_fast_image_processors.py  # the *ImageProcessorFast references

@@ -1,0 +1,358 @@
+"""Fine-tuning: trainable parameters, gradients (PyTorch autograd references recorded by
+tests/support/record_finetune.py on the fixtures' own weights), optax steps, and write-back
+(transmuter.save / save_pretrained) checked against the source file and onnxruntime."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import transmuter
+from tests.fixtures import ROOT as FIXTURES
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+BERT = FIXTURES / "bert-sequence-classification"
+# The references are float64 PyTorch gradients; our graph runs in float32. The worst element of
+# any tensor measured 3e-6 of that tensor's largest gradient (torch's own float32 run: 1.7e-6).
+# The floor, 1e-3 of the model's largest gradient, covers gradients that are zero in exact math
+# (attention key biases: softmax ignores a shift), where float32 leaves noise of ~1e-9.
+GRAD_RTOL = 1e-5
+# onnxruntime and our run of the same float32 graph: different summation orders.
+ORT_ATOL = 1e-5
+
+
+def _feed(fixture, reference):
+    z = np.load(FIXTURES / fixture / "references" / reference)
+    return {k.split("/")[-1]: z[k] for k in z.files if k.startswith("0/in/")}
+
+
+def _refs(fixture):
+    return np.load(FIXTURES / fixture / "references" / "finetune_grads.npz")
+
+
+def cls_loss(logits, labels):
+    return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(len(labels)), labels])
+
+
+def lm_loss(logits, ids, mask):
+    """The causal LM loss over the shifted ids, padding masked out (as the recorder's)."""
+    log_probs = jax.nn.log_softmax(logits[:, :-1])
+    picked = jnp.take_along_axis(log_probs, ids[:, 1:, None], axis=-1)[..., 0]
+    weight = mask[:, 1:].astype(log_probs.dtype)
+    return -(picked * weight).sum() / weight.sum()
+
+
+def _loss_fn(fixture, refs, feed, forward):
+    if "labels" in refs.files:
+        return lambda p: cls_loss(forward(p)["logits"], refs["labels"])
+    return lambda p: lm_loss(forward(p)["logits"], feed["input_ids"], feed["attention_mask"])
+
+
+def assert_grads_match(grads, refs, alias=None):
+    """Each recorded initializer's gradient within GRAD_RTOL of its own largest value, with the
+    floor described at GRAD_RTOL."""
+    names = [k[len("grad/"):] for k in refs.files if k.startswith("grad/")]
+    top = max(np.abs(refs[f"grad/{n}"]).max() for n in names)
+    got_names = {(alias or {}).get(n, n): n for n in grads}
+    assert set(got_names) == set(names)
+    for name in names:
+        want, got = refs[f"grad/{name}"], np.asarray(grads[got_names[name]])
+        bound = GRAD_RTOL * max(np.abs(want).max(), 1e-3 * top)
+        err = np.abs(got - want).max()
+        assert err <= bound, f"{name}: max error {err:.3g} > {bound:.3g}"
+
+
+CASES = [("bert-sequence-classification", "onnx/model.onnx", "model.npz"),
+         ("vit", "onnx/model.onnx", "model.npz"),
+         ("gpt2", "onnx/decoder_model.onnx", "decoder_model.npz")]
+
+
+@pytest.mark.parametrize("fixture,file,reference", CASES, ids=[c[0] for c in CASES])
+def test_gradients_equal_pytorch(fixture, file, reference):
+    model = transmuter.load(FIXTURES / fixture / file, trainable=True)
+    refs, feed = _refs(fixture), _feed(fixture, reference)
+    loss = _loss_fn(fixture, refs, feed, lambda p: model.apply(p, **feed))
+    value, grads = jax.value_and_grad(loss)(model.trainable_params)
+    np.testing.assert_allclose(float(value), float(refs["loss"]), rtol=1e-6)  # float32 sum
+    assert_grads_match(grads, refs)
+
+
+def test_compiled_function_grads_under_jit_merged_decoder():
+    """The merged GPT-2 decoder (If on use_cache_branch, fixed by static_inputs), through a
+    compiled function's params= and under jax.jit; its initializers are renamed copies."""
+    fixture = "gpt2"
+    model = transmuter.load(FIXTURES / fixture / "onnx/decoder_model_merged.onnx", trainable=True)
+    refs, feed = _refs(fixture), _feed(fixture, "decoder_model_merged.npz")
+    static = {"use_cache_branch": feed.pop("use_cache_branch")}
+    fn = transmuter.compile(model, feed, static_inputs=static)
+    loss = _loss_fn(fixture, refs, feed, lambda p: fn(feed, params=p))
+    value, grads = jax.jit(jax.value_and_grad(loss))(model.trainable_params)
+    np.testing.assert_allclose(float(value), float(refs["loss"]), rtol=1e-6)
+    alias = {k[len("alias/"):]: str(refs[k]) for k in refs.files if k.startswith("alias/")}
+    assert_grads_match(grads, refs, {n: alias[n] for n in grads})
+
+
+def test_mlx_value_and_grad():
+    mx = pytest.importorskip("mlx.core")
+    fixture = "bert-sequence-classification"
+    model = transmuter.load(BERT, trainable=True, backend="mlx")
+    refs, feed = _refs(fixture), _feed(fixture, "model.npz")
+    labels = mx.array(refs["labels"])
+
+    def loss(p):
+        logits = model.apply(p, **feed)["logits"]
+        log_probs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        return -mx.mean(log_probs[mx.arange(len(refs["labels"])), labels])
+
+    value, grads = mx.value_and_grad(loss)(model.trainable_params)
+    np.testing.assert_allclose(value.item(), float(refs["loss"]), rtol=1e-6)
+    assert_grads_match({k: np.array(v) for k, v in grads.items()}, refs)
+
+
+# --- a graph break ----------------------------------------------------------------------------
+
+def _break_model():
+    """y = sum(tanh(x @ w + b) reshaped to [k, -1] squared * c): the Reshape target is computed
+    from the input k on the device, so it is read on the host: a graph break between two
+    compiled segments. Float64 throughout, for a finite-difference check."""
+    rng = np.random.default_rng(0)
+    weights = {"w": rng.standard_normal((6, 6)), "b": rng.standard_normal(6),
+               "c": rng.standard_normal((3, 4)), "minus_one": np.array([-1], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["h0"]),
+             helper.make_node("Tanh", ["h0"], ["h"]),
+             helper.make_node("Add", ["k", "k"], ["k2"]),  # computed on the device: no fold
+             helper.make_node("Sub", ["k2", "k"], ["k1"]),
+             helper.make_node("Concat", ["k1", "minus_one"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["h", "shape"], ["r"]),
+             helper.make_node("Mul", ["r", "r"], ["r2"]),
+             helper.make_node("Mul", ["r2", "c"], ["rc"]),
+             helper.make_node("ReduceSum", ["rc"], ["y"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 6]),
+                     helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_float64_grads_through_a_break_equal_finite_differences():
+    model = transmuter.load(_break_model(), trainable=True)
+    assert set(model.trainable) == {"w", "b", "c"}  # float64 weights train; the shape does not
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 6)), "k": np.array([3])}
+    fn = transmuter.compile(model, feed)
+    assert fn.cache_info().currsize == 2  # two segments: the Reshape target broke the graph
+    params = model.trainable_params
+
+    def loss(p):
+        return fn(feed, params=p)["y"]
+
+    with pytest.raises(transmuter.InputError, match="enable_x64"):
+        jax.grad(loss)(params)  # its backward pass would run in float32
+    with jax.enable_x64(True):
+        grads = jax.grad(loss)(params)
+    eps = 1e-6  # central differences: error ~eps^2 from the series, ~1e-16/eps from rounding
+    for name, value in params.items():
+        value = np.asarray(value)
+        numeric = np.zeros_like(value)
+        for i in np.ndindex(value.shape):
+            up, down = value.copy(), value.copy()
+            up[i] += eps
+            down[i] -= eps
+            numeric[i] = (float(loss({**params, name: up})) -
+                          float(loss({**params, name: down}))) / (2 * eps)
+        np.testing.assert_allclose(np.asarray(grads[name]), numeric, rtol=1e-8, atol=1e-10)
+    with jax.enable_x64(True), pytest.raises(transmuter.StaticInputError, match="jax.jit"):
+        jax.jit(jax.grad(loss))(params)  # under jit the break's value is a tracer
+
+
+# --- which weights train ----------------------------------------------------------------------
+
+def test_trainable_selection():
+    full = transmuter.load(BERT, trainable=True)
+    assert len(full.trainable_params) == 21  # every float initializer, small biases too
+    chosen = ["classifier.weight", "classifier.bias"]
+    model = transmuter.load(BERT, trainable=chosen)
+    assert sorted(model.trainable_params) == sorted(chosen)
+    model = transmuter.load(BERT, trainable=lambda name: name.startswith("classifier."))
+    assert sorted(model.trainable_params) == sorted(chosen)
+    with pytest.raises(transmuter.ModelLoadError, match="did you mean 'classifier.bias'"):
+        transmuter.load(BERT, trainable=["classifier.bais"])
+    with pytest.raises(transmuter.ModelLoadError, match="a list of initializer names"):
+        transmuter.load(BERT, trainable="classifier.bias")
+    with pytest.raises(transmuter.InputError, match="no parameter of this model"):
+        model.apply({"nope": np.zeros(3, np.float32)}, **_feed(BERT.name, "model.npz"))
+
+
+@pytest.mark.parametrize("file,kind", [("model_quantized.onnx", "quantized"),
+                                       ("model_q4.onnx", "quantized"),
+                                       ("model_fp16.onnx", "half")])
+def test_quantized_and_half_exports_are_refused(file, kind):
+    path = FIXTURES / "bert" / "onnx" / file
+    with pytest.raises(transmuter.ModelLoadError, match=f"{kind} weights.*fp32 export"):
+        transmuter.load(path, trainable=True)
+    if kind == "half":  # upcast to float32 at load, still half in the file
+        with pytest.raises(transmuter.ModelLoadError, match="half weights"):
+            transmuter.load(path, trainable=True, compute_type="f32")
+    proto = onnx.load(str(path), load_external_data=False)
+    odd = next(t.name for t in proto.graph.initializer if np.prod(t.dims) > 64
+               and t.data_type not in (TensorProto.FLOAT, TensorProto.INT64))
+    with pytest.raises(transmuter.ModelLoadError, match="cannot train.*fp32 export"):
+        transmuter.load(path, trainable=[odd])
+
+
+def test_static_float_weight_is_not_trainable():
+    """Resize's scales are float but read on the host: no gradient reaches them."""
+    scales = np.array([1, 1, 2, 2], np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(scales, "scales")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert not transmuter.load(proto, trainable=True).trainable
+    with pytest.raises(transmuter.ModelLoadError, match="static value"):
+        transmuter.load(proto, trainable=["scales"])
+
+
+# --- training and write-back ------------------------------------------------------------------
+
+def _train(model, feed, labels, steps=5):
+    optax = pytest.importorskip("optax")
+    optimizer = optax.adam(1e-2)
+    params = model.trainable_params
+    state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, state):
+        value, grads = jax.value_and_grad(
+            lambda p: cls_loss(model.apply(p, **feed)["logits"], labels))(params)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, value
+
+    losses = []
+    for _ in range(steps):
+        params, state, value = step(params, state)
+        losses.append(float(value))
+    return params, losses
+
+
+def _ort(path, feed):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options)
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+
+
+def _initializers(path):
+    proto = onnx.load(str(path))
+    return proto, {t.name: t for t in proto.graph.initializer}
+
+
+def _graph_without_weights(proto):
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for t in copy.graph.initializer:
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.DEFAULT
+        del t.external_data[:]
+    return copy.SerializeToString()
+
+
+def test_optax_steps_then_save(tmp_path):
+    model = transmuter.load(BERT, trainable=["classifier.weight", "classifier.bias",
+                                             "onnx::MatMul_333"])
+    feed, labels = _feed(BERT.name, "model.npz"), _refs(BERT.name)["labels"]
+    params, losses = _train(model, feed, labels)
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses  # each Adam step lowers it
+    out = transmuter.save(model, tmp_path / "model.onnx", params=params)
+    source, before = _initializers(BERT / "onnx/model.onnx")
+    saved, after = _initializers(out)
+    assert _graph_without_weights(saved) == _graph_without_weights(source)
+    for name, tensor in before.items():
+        if name in params:
+            np.testing.assert_array_equal(numpy_helper.to_array(after[name]),
+                                          np.asarray(params[name]))
+        else:  # frozen: the very bytes of the source
+            assert after[name].raw_data == tensor.raw_data, name
+    want = np.asarray(model.apply(params, **feed)["logits"])
+    np.testing.assert_allclose(_ort(out, feed)["logits"], want, atol=ORT_ATOL, rtol=0)
+    assert np.abs(want - model(**feed)["logits"]).max() > 1e-3  # the weights did change
+
+
+@pytest.mark.parametrize("fixture,file,options", [
+    ("bert-sequence-classification", "onnx/model.onnx", {}),
+    ("gpt2", "onnx/decoder_model_merged.onnx", {}),
+    ("vit", "onnx/model_fp16.onnx", {"compute_type": "f32"}),  # upcast at load, cast back
+    ("bert", "onnx/model_q4.onnx", {}),  # MatMulNBits words (a view) and unpacked zero points
+], ids=["bert", "gpt2-merged", "vit-fp16-upcast", "bert-q4"])
+def test_unchanged_save_is_byte_identical(tmp_path, fixture, file, options):
+    model = transmuter.load(FIXTURES / fixture / file, **options)
+    out = transmuter.save(model, tmp_path / "model.onnx")
+    source = onnx.load(str(FIXTURES / fixture / file))
+    saved = onnx.load(str(out))
+    assert saved.SerializeToString() == source.SerializeToString()
+
+
+def test_external_data_keeps_its_layout(tmp_path):
+    source_dir = tmp_path / "src"
+    source_dir.mkdir()
+    proto = onnx.load(str(BERT / "onnx/model.onnx"))
+    onnx.save(proto, str(source_dir / "model.onnx"), save_as_external_data=True,
+              location="model.onnx_data", size_threshold=1024)
+    model = transmuter.load(source_dir / "model.onnx", trainable=True)
+    params = {"onnx::MatMul_333": model.params["onnx::MatMul_333"] * 1.5}  # in the data file
+    out = transmuter.save(model, tmp_path / "tuned.onnx", params=params)
+    saved = onnx.load(str(out), load_external_data=False)
+    src = onnx.load(str(source_dir / "model.onnx"), load_external_data=False)
+    for a, b in zip(src.graph.initializer, saved.graph.initializer):
+        ea, eb = ({e.key: e.value for e in t.external_data} for t in (a, b))
+        assert (a.data_location, ea.get("offset"), ea.get("length")) == \
+               (b.data_location, eb.get("offset"), eb.get("length")), a.name
+        if ea:
+            assert eb["location"] == "tuned.onnx_data"
+    data_src = (source_dir / "model.onnx_data").read_bytes()
+    data_out = (tmp_path / "tuned.onnx_data").read_bytes()
+    assert len(data_out) == len(data_src) and data_out != data_src
+    feed = _feed(BERT.name, "model.npz")
+    want = np.asarray(model.apply(params, **feed)["logits"])
+    np.testing.assert_allclose(_ort(out, feed)["logits"], want, atol=ORT_ATOL, rtol=0)
+    unchanged = transmuter.save(model, tmp_path / "same" / "model.onnx")  # the source's name
+    assert (tmp_path / "same" / "model.onnx_data").read_bytes() == data_src
+    assert open(unchanged, "rb").read() == (source_dir / "model.onnx").read_bytes()
+
+
+def test_save_pretrained_loads_in_pipeline_and_onnxruntime(tmp_path):
+    model = transmuter.load(BERT, trainable=True)
+    feed, labels = _feed(BERT.name, "model.npz"), _refs(BERT.name)["labels"]
+    params, _ = _train(model, feed, labels, steps=3)
+    out = transmuter.save_pretrained(model, tmp_path / "tuned", params=params)
+    assert out == str(tmp_path / "tuned" / "onnx" / "model.onnx")
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        assert (tmp_path / "tuned" / name).read_bytes() == (BERT / name).read_bytes()
+    assert not (tmp_path / "tuned" / "onnx" / "model_quantized.onnx").exists()
+    logits = _ort(out, feed)["logits"]
+    np.testing.assert_allclose(logits, np.asarray(model.apply(params, **feed)["logits"]),
+                               atol=ORT_ATOL, rtol=0)
+    classify = transmuter.pipeline("text-classification", tmp_path / "tuned")
+    # references/model.npz holds "Hello world!" and a longer text, padded to one length: the
+    # pipeline runs them at its own padding, which moves float32 logits by ~1e-6.
+    got = classify(["Hello world!", "My name is Sarah and I live in London."], top_k=None)
+    config = model.origin[0].config()
+    for row, result in zip(logits, got):
+        probs = np.exp(row - row.max()) / np.exp(row - row.max()).sum()
+        scores = {r["label"]: r["score"] for r in result}
+        want = {config["id2label"][str(i)]: p for i, p in enumerate(probs)}
+        assert scores == pytest.approx(want, abs=1e-4)
+
+
+def test_save_pretrained_needs_a_repo(tmp_path):
+    model = transmuter.load(BERT / "onnx" / "model.onnx")  # a path: its repo is found above onnx/
+    out = transmuter.save_pretrained(model, tmp_path / "a")
+    assert (tmp_path / "a" / "config.json").exists() and out.endswith("onnx/model.onnx")
+    model = transmuter.load((BERT / "onnx" / "model.onnx").read_bytes())
+    with pytest.raises(transmuter.InputError, match="transmuter.save"):
+        transmuter.save_pretrained(model, tmp_path / "b")
