@@ -2,6 +2,8 @@
 tests/support/record_finetune.py on the fixtures' own weights), optax steps, and write-back
 (transmuter.save / save_pretrained) checked against the source file and onnxruntime."""
 
+import sys
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -22,6 +24,9 @@ BERT = FIXTURES / "bert-sequence-classification"
 GRAD_RTOL = 1e-5
 # onnxruntime and our run of the same float32 graph: different summation orders.
 ORT_ATOL = 1e-5
+# Finite differences of the float64 break graph: its loss is ~5, and rounding it costs
+# ~2e-16 * 5 / eps(1e-6) = 1e-9 in each difference quotient.
+FD_ATOL = 2e-9
 
 
 def _feed(fixture, reference):
@@ -154,19 +159,47 @@ def test_float64_grads_through_a_break_equal_finite_differences():
         jax.grad(loss)(params)  # its backward pass would run in float32
     with jax.enable_x64(True):
         grads = jax.grad(loss)(params)
-    eps = 1e-6  # central differences: error ~eps^2 from the series, ~1e-16/eps from rounding
+    numeric = _finite_differences(loss, params)
+    for name in params:
+        np.testing.assert_allclose(np.asarray(grads[name]), numeric[name], rtol=1e-8,
+                                   atol=FD_ATOL)
+    with jax.enable_x64(True), pytest.raises(transmuter.StaticInputError, match="jax.jit"):
+        jax.jit(jax.grad(loss))(params)  # under jit the break's value is a tracer
+
+
+def test_mlx_float64_grads_through_a_break_equal_finite_differences():
+    mx = pytest.importorskip("mlx.core")
+    model = transmuter.load(_break_model(), trainable=True, backend="mlx")
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 6)), "k": np.array([3])}
+    fn = transmuter.compile(model, feed)
+    assert fn.cache_info().currsize == 2
+
+    def loss(p):
+        return fn(feed, params=p)["y"]
+
+    params = model.trainable_params
+    grads = mx.grad(loss)(params)
+    numeric = _finite_differences(lambda p: np.array(loss(p)), params)
+    for name in params:
+        assert grads[name].dtype == mx.float64
+        np.testing.assert_allclose(np.array(grads[name]), numeric[name], rtol=1e-8,
+                                   atol=FD_ATOL)
+
+
+def _finite_differences(loss, params):
+    """Central differences of ``loss`` for each element of each param (float64)."""
+    eps = 1e-6  # error ~eps^2 from the series, ~1e-16/eps from rounding
+    numeric = {}
     for name, value in params.items():
-        value = np.asarray(value)
-        numeric = np.zeros_like(value)
+        value = np.array(value)
+        numeric[name] = np.zeros_like(value)
         for i in np.ndindex(value.shape):
             up, down = value.copy(), value.copy()
             up[i] += eps
             down[i] -= eps
-            numeric[i] = (float(loss({**params, name: up})) -
-                          float(loss({**params, name: down}))) / (2 * eps)
-        np.testing.assert_allclose(np.asarray(grads[name]), numeric, rtol=1e-8, atol=1e-10)
-    with jax.enable_x64(True), pytest.raises(transmuter.StaticInputError, match="jax.jit"):
-        jax.jit(jax.grad(loss))(params)  # under jit the break's value is a tracer
+            numeric[name][i] = (float(loss({**params, name: up})) -
+                                float(loss({**params, name: down}))) / (2 * eps)
+    return numeric
 
 
 # --- which weights train ----------------------------------------------------------------------
@@ -323,6 +356,22 @@ def test_external_data_keeps_its_layout(tmp_path):
     unchanged = transmuter.save(model, tmp_path / "same" / "model.onnx")  # the source's name
     assert (tmp_path / "same" / "model.onnx_data").read_bytes() == data_src
     assert open(unchanged, "rb").read() == (source_dir / "model.onnx").read_bytes()
+
+
+def test_past_the_protobuf_limit_weights_go_to_a_data_file(tmp_path, monkeypatch):
+    """A file past protobuf's 2 GiB, scaled down: the limit lowered to 100 kB."""
+    monkeypatch.setattr(sys.modules["transmuter.save"], "PROTO_LIMIT", 100_000)
+    model = transmuter.load(BERT / "onnx" / "model.onnx", trainable=True)
+    params = {"onnx::MatMul_333": model.params["onnx::MatMul_333"] * 1.5}
+    out = transmuter.save(model, tmp_path / "model.onnx", params=params)
+    saved = onnx.load(str(out), load_external_data=False)
+    moved = {t.name for t in saved.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    assert "bert.embeddings.word_embeddings.weight" in moved
+    assert "classifier.bias" not in moved  # under 1 kB: stays inline
+    assert (tmp_path / "model.onnx_data").exists()
+    feed = _feed(BERT.name, "model.npz")
+    want = np.asarray(model.apply(params, **feed)["logits"])
+    np.testing.assert_allclose(_ort(out, feed)["logits"], want, atol=ORT_ATOL, rtol=0)
 
 
 def test_save_pretrained_loads_in_pipeline_and_onnxruntime(tmp_path):
