@@ -76,8 +76,9 @@ KNOWN = {
         "an empty batch or sequence through MatMulNBits on MLX kills the process (SIGFPE)",
     "inputs/* mlx llama-gqa/onnx/model_q4.onnx | crash SIGSEGV":
         "input_ids past the table through GatherBlockQuantized segfault MLX (not index-checked)",
-    "inputs/* jax llama-gqa/onnx/model_q4.onnx | different answer":
-        "input_ids past the table (2**31, int64 min) give NaN on JAX: GatherBlockQuantized's "
+    "inputs/* * llama-gqa/onnx/model_q4.onnx | different answer":
+        "input_ids past the table (1e6, -1e6, 2**31, int64 min) give NaN on JAX, zeros or "
+        "heap garbage on MLX (or the SIGSEGV above): GatherBlockQuantized's "
         "indices are not index-checked (index_checks.py knows Gather/GatherElements/GatherND/"
         "ScatterND)",
     "inputs/huge-dim * | foreign MemoryError *":
