@@ -219,6 +219,8 @@ def _host_input(info, name, value):
     if isinstance(value, np.ma.MaskedArray):
         raise InputError(f"Input {name!r} is a masked array: an ONNX graph takes no mask; give "
                          "x.filled(value), or the mask as the model's own input (attention_mask)")
+    if not isinstance(getattr(info, "dtype", None), np.dtype):
+        return value  # a sequence or optional input: lists and None are its values
     if isinstance(value, (list, tuple, int, float, bool)):
         try:
             array = np.asarray(value)
