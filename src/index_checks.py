@@ -168,6 +168,7 @@ def _find_uses(model):
     readers, producers = {}, {}
     shapes = {name: tuple(v.shape) for table in (model.constants, model.params)
               for name, v in table.items() if getattr(v, "shape", None) is not None}
+    known = _Known(shapes, producers, model.constants)
     for node in walk(graph):
         for i, name in enumerate(node.inputs):
             if name:
@@ -192,7 +193,7 @@ def _find_uses(model):
                 for position, spec in node.opdef.indices:
                     if position == i and (layout or not spec.columns) \
                             and spec.data < len(node.inputs):
-                        use = _use(info.name, node, spec, shapes, producers, inputs)
+                        use = _use(info.name, node, spec, known, inputs)
                         if use is not None and not any(_same(use, u) for u in uses):
                             uses.append(use)
                 if i == 0 and _keeps_values(node):
@@ -217,30 +218,77 @@ def _keeps_values(node):
     return True
 
 
-def _use(input_name, node, spec, shapes, producers, inputs):
+def _use(input_name, node, spec, known, inputs):
     """The Use of ``node``'s data when its shape is known before the call, else None."""
     name = node.inputs[spec.data]
     if name in inputs:
         return Use(input_name, node, spec, name, None, name)
-    shape = _static_shape(name, shapes, producers)
+    shape = known.shape(name)
     return None if shape is None else Use(input_name, node, spec, name, shape, None)
 
 
-def _static_shape(name, shapes, producers, depth=0):
-    """The shape of value ``name`` known at load: a weight, a Constant, or one of those through
-    ops that keep its shape or transpose it (a tied embedding: Transpose of the lm_head)."""
-    if name in shapes:
-        return shapes[name]
-    producer = producers.get(name)
-    if producer is None or producer.domain not in ("", "ai.onnx") or depth > 8:
-        return None
-    if producer.op_type == "Constant":
-        value = producer.attrs.get("value")
-        return tuple(value.shape) if isinstance(value, np.ndarray) else None
-    if producer.op_type not in KEEPS_SHAPE | {"Transpose"} or not producer.inputs:
-        return None
-    shape = _static_shape(producer.inputs[0], shapes, producers, depth + 1)
-    if shape is None or producer.op_type != "Transpose":
-        return shape
-    perm = producer.attrs.get("perm", list(reversed(range(len(shape)))))
-    return tuple(shape[p] for p in perm) if sorted(perm) == list(range(len(shape))) else None
+@dataclasses.dataclass
+class _Known:
+    """What is known of the graph's values at load: weights' shapes, their producers, and the
+    small constants on the host (a Reshape's target)."""
+
+    shapes: dict
+    producers: dict
+    constants: dict
+
+    def shape(self, name, depth=0):
+        """The shape of value ``name`` known at load: a weight, a Constant, or one of those
+        through ops that keep its shape, transpose it (a tied embedding: Transpose of the
+        lm_head) or reshape it to a constant target (a q4 embedding sharing the lm_head's
+        packed MatMulNBits weight)."""
+        if name in self.shapes:
+            return self.shapes[name]
+        producer = self.producers.get(name)
+        if producer is None or producer.domain not in ("", "ai.onnx") or depth > 8:
+            return None
+        if producer.op_type == "Constant":
+            return _shape_of(producer.attrs.get("value"))
+        if producer.op_type not in KEEPS_SHAPE | {"Transpose", "Reshape"} or not producer.inputs:
+            return None
+        shape = self.shape(producer.inputs[0], depth + 1)
+        if shape is None or producer.op_type in KEEPS_SHAPE:
+            return shape
+        if producer.op_type == "Reshape":
+            return self._reshaped(producer, shape)
+        perm = producer.attrs.get("perm", list(reversed(range(len(shape)))))
+        return tuple(shape[p] for p in perm) if sorted(perm) == list(range(len(shape))) else None
+
+    def _reshaped(self, node, shape):
+        """The output shape of Reshape ``node`` of an input shaped ``shape``, when its target is
+        a constant and fits (else None: the op reports it when it runs)."""
+        target = self.value(node.inputs[1]) if len(node.inputs) > 1 else None
+        if target is None or target.ndim != 1 or target.dtype.kind not in "iu":
+            return None
+        dims = [int(d) for d in target]
+        if not node.attrs.get("allowzero", 0):
+            dims = [shape[i] if d == 0 and i < len(shape) else d for i, d in enumerate(dims)]
+        count = int(np.prod(shape, dtype=object))
+        if dims.count(-1) == 1:
+            rest = int(np.prod([d for d in dims if d != -1], dtype=object))
+            if rest <= 0 or count % rest:
+                return None
+            dims[dims.index(-1)] = count // rest
+        if any(d < 0 for d in dims) or int(np.prod(dims, dtype=object)) != count:
+            return None
+        return tuple(dims)
+
+    def value(self, name):
+        """The host value of constant ``name`` (an initializer kept static, a Constant node)."""
+        if name in self.constants:
+            value = self.constants[name]
+        else:
+            producer = self.producers.get(name)
+            if producer is None or producer.op_type != "Constant" \
+                    or producer.domain not in ("", "ai.onnx"):
+                return None
+            value = producer.attrs.get("value")
+        return value if isinstance(value, np.ndarray) else None
+
+
+def _shape_of(value):
+    return tuple(value.shape) if isinstance(value, np.ndarray) else None

@@ -7,7 +7,9 @@ difference from ORT is the f32 summation order of a K-long dot product: K <= 256
 import numpy as np
 import pytest
 
-from tests.contrib_graphs import BACKENDS, check, run_ours, single_node
+import transmuter
+
+from tests.contrib_graphs import BACKENDS, check, run_ort, run_ours, single_node
 
 RNG = np.random.default_rng(0)
 
@@ -191,3 +193,41 @@ def test_matmul_integer_to_float(backend):
     model = single_node("MatMulIntegerToFloat", inputs, {"Y": np.float32},
                         constants={"B", "b_scale", "b_zero_point"})
     check(model, inputs, backend, atol=1e-5, rtol=1e-5)
+
+
+def _gather_reshaped_table(n=10, k=64, block=32):
+    """A q4 embedding as onnxruntime-genai writes it: GatherBlockQuantized over a Reshape (to a
+    constant target) of the lm_head's packed MatMulNBits weight, input_ids a graph input."""
+    from onnx import TensorProto, helper, numpy_helper
+    weight = RNG.integers(0, 256, (n, k // block, block // 2), dtype=np.uint8)
+    inits = [numpy_helper.from_array(weight, "w"),
+             numpy_helper.from_array(np.array([n, k // 2], np.int64), "target"),
+             numpy_helper.from_array((RNG.random((n, k // block)) * 0.1).astype(np.float32),
+                                     "scales")]
+    nodes = [helper.make_node("Reshape", ["w", "target"], ["table"]),
+             helper.make_node("GatherBlockQuantized", ["table", "input_ids", "scales"], ["out"],
+                              domain="com.microsoft", bits=4, block_size=block, gather_axis=0,
+                              quantize_axis=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, ir_version=10, opset_imports=[
+        helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", [10, 2**31, -11, -2**63])
+def test_gather_block_quantized_ids_past_a_reshaped_table(backend, bad):
+    """issue 14 (fuzz 20261201:2049): MLX segfaulted, JAX gave NaN. onnxruntime gives a row of
+    zeros for an index past the table: input_ids are refused before the call, as Gather's are,
+    and with checks=False (or indices computed in the graph) the op gives onnxruntime's zeros."""
+    from transmuter.errors import InputError
+    model = _gather_reshaped_table()
+    feed = {"input_ids": np.array([[1, bad, -10]], np.int64)}
+    m = transmuter.load(model, backend=backend)
+    with pytest.raises(InputError, match=rf"'input_ids' holds {bad} at \[0, 1\].*\[-10, 9\]"):
+        transmuter.run(m, feed)
+    want = run_ort(model, feed)["out"]
+    got = transmuter.run(transmuter.load(model, backend=backend, checks=False), feed)["out"]
+    assert not want[0, 1].any()
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)

@@ -74,13 +74,6 @@ KNOWN = {
         "the same with an empty height or width",
     "inputs/zero-dim mlx bert/onnx/model_q4.onnx | crash SIGFPE":
         "an empty batch or sequence through MatMulNBits on MLX kills the process (SIGFPE)",
-    "inputs/* mlx llama-gqa/onnx/model_q4.onnx | crash SIGSEGV":
-        "input_ids past the table through GatherBlockQuantized segfault MLX (not index-checked)",
-    "inputs/* * llama-gqa/onnx/model_q4.onnx | different answer":
-        "input_ids past the table (1e6, -1e6, 2**31, int64 min) give NaN on JAX, zeros or "
-        "heap garbage on MLX (or the SIGSEGV above): GatherBlockQuantized's "
-        "indices are not index-checked (index_checks.py knows Gather/GatherElements/GatherND/"
-        "ScatterND)",
     "inputs/huge-dim * | foreign MemoryError *":
         "an input of 2**31 rows (a zero-stride view) is copied: MemoryError in "
         "backends/mlx.py to_mx instead of an InputError giving the size",

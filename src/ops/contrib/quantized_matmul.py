@@ -210,6 +210,7 @@ def gather_block_quantized(xp, data, indices, scales, zero_points=None, *, bits=
         raise NotImplementedError("GatherBlockQuantized with quantize_axis before the last axis "
                                   "or gather_axis after it")
     packed = xp.dtype_of(data) == np.uint8
+    indices, valid = _rows_in_range(xp, indices, data.shape[gather_axis])
     rows = xp.take(data, indices, axis=gather_axis)
     srows = xp.take(scales, indices, axis=gather_axis)
     if packed:
@@ -237,7 +238,21 @@ def gather_block_quantized(xp, data, indices, scales, zero_points=None, *, bits=
     q = xp.reshape(q, lead + (n_blocks, block_size))
     w = (q - zp) * xp.reshape(f32(xp, srows), lead + (n_blocks, 1))
     w = xp.reshape(w, lead + (n_blocks * block_size,))[..., :k]
+    if valid is not None:
+        w = xp.where(xp.reshape(valid, (1,) * gather_axis + tuple(valid.shape) + (1,) * (
+            nd - gather_axis - 1)), w, np.float32(0))
     return xp.astype(w, xp.dtype_of(scales))
+
+
+def _rows_in_range(xp, indices, size):
+    """(indices made safe to take, where each was in [-size, size - 1]): an index past the axis
+    gives a row of zeros, as in ONNX Runtime's kernel. Indices known on the host were refused
+    before (index_checks.py); computed ones must not read past the buffer (MLX crashes)."""
+    if isinstance(indices, (np.ndarray, np.generic)):
+        return indices, None
+    valid = (indices >= -size) & (indices < size)
+    indices = xp.where(indices < 0, indices + size, indices)
+    return xp.where(valid, indices, xp.zeros((), xp.dtype_of(indices))), valid
 
 
 _NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
