@@ -231,3 +231,16 @@ def test_gather_block_quantized_ids_past_a_reshaped_table(backend, bad):
     got = transmuter.run(transmuter.load(model, backend=backend, checks=False), feed)["out"]
     assert not want[0, 1].any()
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a_shape", [(0, 64), (2, 0, 64)])
+def test_matmul_nbits_empty_rows(backend, a_shape):
+    # issue 14 (fuzz 20261201:2283): an empty batch or sequence killed MLX (SIGFPE in its
+    # packed kernel); onnxruntime gives an empty output
+    inputs = nbits_inputs(64, 16, 4, 32, zp="packed", m=1, lead=1)
+    inputs["A"] = np.zeros(a_shape, np.float32)
+    model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=64, N=16, bits=4,
+                        block_size=32, constants={"B", "scales", "zero_points"})
+    got, _ = check(model, inputs, backend, atol=0)
+    assert got["Y"].shape == a_shape[:-1] + (16,)

@@ -72,8 +72,6 @@ KNOWN = {
         "output and broadcasting goes on, where onnxruntime's Conv refuses",
     "inputs/zero-dim jax vit/* | accepted (onnxruntime refuses)":
         "the same with an empty height or width",
-    "inputs/zero-dim mlx bert/onnx/model_q4.onnx | crash SIGFPE":
-        "an empty batch or sequence through MatMulNBits on MLX kills the process (SIGFPE)",
     "inputs/huge-dim * | foreign MemoryError *":
         "an input of 2**31 rows (a zero-stride view) is copied: MemoryError in "
         "backends/mlx.py to_mx instead of an InputError giving the size",

@@ -170,6 +170,9 @@ def native_nbits(xp, a, b, scales, zero_points, g_idx, *, k, n, bits, block_size
     if (kernel is None or g_idx is not None or bits not in NATIVE_BITS
             or block_size not in NATIVE_GROUPS or k % block_size):
         return None
+    if 0 in tuple(a.shape):
+        # MLX's kernel divides by the row count: an empty batch or sequence is SIGFPE
+        return xp.zeros(tuple(a.shape[:-1]) + (n,), np.float32)
     n_blocks = k // block_size
     words = packed_words(xp, xp.reshape(b, (n, -1)))
     scales, zp = _block_params(xp, scales, zero_points, n, n_blocks, bits)
@@ -181,6 +184,9 @@ def native_nbits(xp, a, b, scales, zero_points, g_idx, *, k, n, bits, block_size
     dequantizes=True)
 def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4,
                  block_size, accuracy_level=0):
+    if not a.shape or a.shape[-1] != K:
+        raise ValueError(f"MatMulNBits: input A has shape {list(a.shape)}, whose last axis "
+                         f"must be K = {K}")
     y = native_nbits(xp, a, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
                      block_size=block_size)
     if y is None:
