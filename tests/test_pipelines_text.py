@@ -98,6 +98,7 @@ BATCHED = [
     ("question-answering", "bert-qa-long", {"max_seq_len": 32, "doc_stride": 8, "top_k": 2}),
     ("zero-shot-classification", "bert-nli", {"candidate_labels": ["sports", "weather"]}),
     ("text-embedding", "bert-sentence-transformers", {}),
+    ("text-embedding", "bert-st-dense", {}),
 ]
 
 
@@ -207,3 +208,64 @@ def test_aliases_and_tokenizer():
     windows = tok.encode("q", " ".join(["word"] * 40), max_length=16, stride=4,
                          truncation="only_second")
     assert len(windows.ids) == 16 and windows.overflowing
+
+
+# Dense modules run in float32 NumPy over sentence-transformers' own weights, after a pooled
+# embedding whose sums XLA orders differently from PyTorch: ~1e-7 apart on these unit vectors
+# (components < 1), so 1e-5 leaves two orders of headroom and would catch a wrong activation,
+# a missing bias or a transposed weight (each moves components by > 1e-2).
+DENSE_TOL = 1e-5
+
+
+@pytest.mark.parametrize("call", [0, 1], ids=["with-normalize", "normalize-false"])
+def test_dense_modules_match_sentence_transformers(pipes, call):
+    """modules.json's Pooling -> Dense (Tanh, model.safetensors) -> Dense (GELU, no bias,
+    pytorch_model.bin) -> Normalize, against SentenceTransformer.encode of the same folder."""
+    record = reference("text-embedding", "bert-st-dense")["calls"][call]
+    pipe = pipes("text-embedding", "bert-st-dense", **record["call_kwargs"])
+    got = np.array(pipe(record["inputs"], batch_size=3))
+    assert got.shape == (3, 16)
+    np.testing.assert_allclose(got, np.array(record["outputs"]), rtol=0, atol=DENSE_TOL)
+
+
+def _dense_copy(tmp_path):
+    import shutil
+    folder = tmp_path / "st-dense"
+    shutil.copytree(ROOT / "bert-st-dense", folder)
+    return folder
+
+
+def _refused(folder, match):
+    with pytest.raises(PipelineError, match=match):
+        transmuter.pipeline("text-embedding", folder)
+
+
+def test_dense_module_files_that_are_refused(tmp_path):
+    import pickle
+    import zipfile
+    folder = _dense_copy(tmp_path)
+    weights = folder / "2_Dense" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])  # cut: the offsets run past the buffer
+    _refused(folder, r"2_Dense \(Dense\): cannot read model.safetensors")
+    weights.unlink()
+    _refused(folder, "2_Dense .*no model.safetensors nor pytorch_model.bin")
+
+    folder = _dense_copy(tmp_path / "b")
+    import os
+    with zipfile.ZipFile(folder / "3_Dense" / "pytorch_model.bin", "w") as zf:
+        zf.writestr("archive/data.pkl", pickle.dumps({"linear.weight": os.system}))
+    _refused(folder, r"3_Dense .*refusing posix.system: only tensors are read")
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("activation_function", "torch.nn.modules.activation.Softplus", "activation_function"),
+    ("activation_function", "mypackage.Custom", "activation_function"),
+    ("in_features", 30, "config.json says"),
+    ("module_input_name", "token_embeddings", "module_input_name"),
+])
+def test_dense_configs_that_are_refused(tmp_path, field, value, match):
+    folder = _dense_copy(tmp_path)
+    path = folder / "3_Dense" / "config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, field: value}))
+    _refused(folder, match)

@@ -6,11 +6,13 @@ hidden states, as transformers).
     features = transmuter.pipeline("feature-extraction", folder)
     features("Hello")                             -> [[[float] * hidden] * tokens]  (batch of one)
 
-Pooling, normalization and the maximum length come from the sentence-transformers files
-(modules.json, 1_Pooling/config.json, sentence_bert_config.json), read from the repo, else from the
-``base_model`` its model card names (Xenova's ONNX repos lack them). ``pooling=`` and
-``normalize=`` override them; a module we do not run (Dense, LayerNorm, ...) is an error unless
-both are given.
+Pooling, the modules after it, normalization and the maximum length come from the
+sentence-transformers files (modules.json, 1_Pooling/config.json, 2_Dense/config.json and its
+weights, sentence_bert_config.json), read from the repo, else from the ``base_model`` its model
+card names (Xenova's ONNX repos lack them). Dense modules run with NumPy over their weights
+(st_modules.py), in modules.json's order. ``pooling=`` and ``normalize=`` override them
+(``normalize=`` drops a Normalize module or adds one at the end); a module we do not run
+(LayerNorm, ...) is an error unless both are given.
 """
 
 import logging
@@ -19,6 +21,7 @@ import re
 import numpy as np
 
 from ..base import PipelineError
+from . import st_modules
 from .base import TextPipeline, check_text
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,7 @@ class TextEmbeddingPipeline(TextPipeline):
                  **kwargs):
         settings = sentence_transformers_settings(repo) if repo is not None else {}
         self.modes = _pooling_modes(pooling) if pooling is not None else settings.get("pooling")
-        self.normalize = normalize if normalize is not None else settings.get("normalize", False)
+        self.head = _head(settings, normalize)
         unsupported = settings.get("unsupported")
         if unsupported and (pooling is None or normalize is None):
             raise PipelineError(
@@ -89,13 +92,24 @@ class TextEmbeddingPipeline(TextPipeline):
         out = self._run_model(feed)
         hidden = self.output(out, "last_hidden_state", "token_embeddings")
         embeddings = pool(hidden, feed["attention_mask"], self.modes)
-        if self.normalize:
-            norm = np.linalg.norm(embeddings, axis=-1, keepdims=True)
-            embeddings = embeddings / np.maximum(norm, 1e-12)  # torch F.normalize eps
+        for module in self.head:
+            embeddings = module(embeddings)
         return [dict(c, embedding=embeddings[i]) for i, c in enumerate(chunks)]
 
     def postprocess(self, outputs):
         return outputs[0]["embedding"]
+
+
+def _head(settings, normalize):
+    """The modules after pooling: modules.json's Dense and Normalize in order, Normalize
+    dropped or appended at the end by ``normalize=``."""
+    source = settings.get("source")
+    head = [st_modules.normalize if kind == "Normalize" else st_modules.load_dense(source, path)
+            for kind, path in settings.get("head", [])]
+    if normalize is not None:
+        head = [m for m in head if m is not st_modules.normalize]
+        head += [st_modules.normalize] if normalize else []
+    return head
 
 
 def pool(hidden, mask, modes):
@@ -138,13 +152,16 @@ def _pooling_modes(value):
 
 
 def sentence_transformers_settings(repo):
-    """Pooling modes, normalize, max_seq_length, do_lower_case, and the modules we do not run,
-    from the repo's sentence-transformers files or those of its model card's base_model."""
+    """Pooling modes, the modules after pooling (``head``: (kind, folder) of each Dense and
+    Normalize), max_seq_length, do_lower_case, the modules we do not run, and the repo they
+    come from (``source``), from the repo's sentence-transformers files or those of its model
+    card's base_model."""
     source = repo if repo.has("modules.json") else _base_model_repo(repo)
     if source is None:
         return {}
     settings = dict(source.json("sentence_bert_config.json", {}) or {})
     settings.pop("pooling", None)
+    settings["source"] = source
     for module in source.json("modules.json", []):
         kind = module.get("type", "").rsplit(".", 1)[-1]
         if kind == "Transformer":
@@ -152,8 +169,8 @@ def sentence_transformers_settings(repo):
         if kind == "Pooling":
             path = module.get("path") or "1_Pooling"
             settings["pooling"] = _pooling_modes(source.json(f"{path}/config.json", {}))
-        elif kind == "Normalize":
-            settings["normalize"] = True
+        elif kind in ("Normalize", "Dense"):
+            settings.setdefault("head", []).append((kind, module.get("path") or ""))
         else:
             settings.setdefault("unsupported", []).append(module.get("type"))
     return settings
