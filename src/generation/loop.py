@@ -64,10 +64,11 @@ class Generator:
                              f"tokens exceeds the model's context of {self.context} positions")
         return n, budget
 
-    def stepper(self, prompts, budget, extra=None):
+    def stepper(self, prompts, budget, extra=None, width=0):
+        """The cache of one generation; ``width``: the fixed caches' least prompt width."""
         if self.layout.mode == "grow":
             return GrowingCache(self, prompts, extra)
-        return FixedCache(self, prompts, budget)
+        return FixedCache(self, prompts, budget, width)
 
     def generate(self, prompts, config, decode=None, on_step=None, extra=None, processors=()):
         """New token ids per row (eos included when generated). ``on_step(tokens, active)`` sees

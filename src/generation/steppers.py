@@ -54,14 +54,16 @@ class FixedCache(_Stepper):
     concat: the prompt runs in power-of-two chunks (a 100-token prompt as 64 + 32 + 4), each
     written into the buffer after the last, so a few chunk shapes cover every prompt length.
     inplace: the op takes its first prompt whole, right-padded to a power of two. Every decode
-    step shares one compiled shape."""
+    step shares one compiled shape. ``width``: pad the prompts to at least this many positions
+    (a scorer's prompts of 200-256 tokens then share one prompt shape)."""
 
-    def __init__(self, gen, prompts, budget):
+    def __init__(self, gen, prompts, budget, width=0):
         super().__init__(gen)
         self.prompts = prompts
         self.n = np.array([len(p) for p in prompts], np.int64)
         self.chunked = self.layout.mode == "concat"
-        self.width = int(self.n.max()) if self.chunked else next_pow2(self.n.max())
+        longest = max(int(self.n.max()), int(width))
+        self.width = longest if self.chunked else next_pow2(longest)
         self.capacity = cache_capacity(self.width + int(budget))
         self.caches = {k: gen.model.backend.asarray(v) for k, v in
                        self.layout.empty(len(prompts), self.capacity, gen.model_config).items()}

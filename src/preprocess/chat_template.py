@@ -67,7 +67,7 @@ def _content(token):
     return token.get("content") if isinstance(token, dict) else token
 
 
-def check_messages(messages):
+def check_messages(messages, roles=ROLES):
     """A clear error for anything but a list of {"role", "content"} dicts with known roles."""
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ChatTemplateError(f"Chat messages must be a non-empty list of dicts, got "
@@ -75,15 +75,16 @@ def check_messages(messages):
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m:
             raise ChatTemplateError(f"Message {i} must be a dict with a 'role', got {m!r:.80}")
-        if m["role"] not in ROLES:
+        if m["role"] not in roles:
             raise ChatTemplateError(f"Message {i} has unknown role {m['role']!r}; roles are "
-                                    f"{', '.join(ROLES)}")
+                                    f"{', '.join(roles)}")
     return list(messages)
 
 
 def render(template, messages, *, add_generation_prompt=True, special_tokens=None, tools=None,
-           documents=None, **template_options):
-    """The prompt string the template makes of ``messages``."""
+           documents=None, roles=ROLES, **template_options):
+    """The prompt string the template makes of ``messages`` (whose roles must be in ``roles``:
+    a reranker's pairs add sentence-transformers' "query" and "document")."""
     # transformers passes tools and documents even when None (``tools is none`` tests see it)
     variables = dict(special_tokens or {}, tools=tools, documents=documents)
     variables.update(template_options)
@@ -92,7 +93,7 @@ def render(template, messages, *, add_generation_prompt=True, special_tokens=Non
         token = _steps_left.set(MAX_LOOP_STEPS)
         try:
             return _bounded_join(compiled.generate(
-                messages=check_messages(messages), add_generation_prompt=add_generation_prompt,
+                messages=check_messages(messages, roles), add_generation_prompt=add_generation_prompt,
                 **variables))
         finally:
             _steps_left.reset(token)

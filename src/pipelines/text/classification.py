@@ -3,17 +3,31 @@
     pipe("I love it")                          -> [{"label": "POSITIVE", "score": 0.99}]
     pipe({"text": "A", "text_pair": "B"})      -> [{"label": ..., "score": ...}]
     pipe(["A", "B"], top_k=None)               -> [[{...} per label, best first], ...]
+
+A causal-LM reranker (ranking.py, logit_score.py) classifies a (text, text_pair) as the
+one-label cross-encoder it stands for: LABEL_0, its sentence-transformers CrossEncoder.predict
+score (LogitScore through a sigmoid) as the score.
 """
 
 from ..base import PipelineError
 from ..heads import apply, check_function, text_function
 from .base import TextPipeline, check_text
+from .logit_score import LogitScorer, logit_score_config
+from .ranking import pair_chunk, scored
 
 
 class TextClassificationPipeline(TextPipeline):
     task = "text-classification"
 
     def __init__(self, model, config=None, **kwargs):
+        settings = logit_score_config(kwargs.get("repo"), config)
+        self.scorer = None
+        if settings is not None:
+            config = {**(config or {}), "id2label": {"0": "LABEL_0"}}
+            super().__init__(model, config, **kwargs)
+            self.scorer = LogitScorer(model, config, self.repo, self.tokenizer, settings,
+                                      self.max_length)
+            return
         if not (config or {}).get("id2label"):
             raise PipelineError(
                 f"{self.task}: the model's config.json has no id2label, so it has no "
@@ -45,10 +59,19 @@ class TextClassificationPipeline(TextPipeline):
 
     def preprocess(self, inputs):
         text, pair = _text_and_pair(inputs)
+        if self.scorer is not None:
+            if pair is None:
+                raise PipelineError("This model is a causal-LM reranker: it classifies a text "
+                                    'pair, {"text": query, "text_pair": document}')
+            yield pair_chunk(self, check_text(text, "text"), check_text(pair, "text_pair"))
+            return
         encoding = self.tokenizer.encode(check_text(text, "text"),
                                          None if pair is None else check_text(pair, "text_pair"),
                                          max_length=self.sequence_lengths[-1])
         yield {"encoding": encoding}
+
+    def _forward(self, chunks):
+        return scored(self, chunks) if self.scorer else super()._forward(chunks)
 
     def postprocess(self, outputs, top_k=1, legacy=True, function_to_apply=None):
         logits = self.output(outputs[0], "logits")
