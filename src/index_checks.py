@@ -28,6 +28,7 @@ import dataclasses
 import numpy as np
 
 from . import dtypes
+from .backends.numpy import XP as NP
 from .errors import InputError, OpError
 from .graph import Graph, walk
 
@@ -121,9 +122,12 @@ class InputIndices:
 
     def __init__(self, model):
         self.uses = _find_uses(model)
+        self.lengths = _find_lengths(model)
 
     def check(self, inputs):
         """Raise InputError naming the input when a value in ``inputs`` is out of range."""
+        for lengths in self.lengths:
+            lengths.check(inputs)
         hosted = {}
         for use in self.uses:
             value = inputs.get(use.input)
@@ -292,3 +296,88 @@ class _Known:
 
 def _shape_of(value):
     return tuple(value.shape) if isinstance(value, np.ndarray) else None
+
+
+# Ops a host check may run to compute GroupQueryAttention's seqlens_k and total_sequence_length
+# from the caller's attention_mask (ReduceSum - 1, Cast; Shape, Gather): a few tiny host ops.
+LENGTH_OPS = {"Cast", "Sub", "Add", "ReduceSum", "Shape", "Gather", "Squeeze", "Unsqueeze",
+              "Reshape", "Identity"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Lengths:
+    """GroupQueryAttention ``node``'s seqlens_k, computed from graph inputs by ``chain``:
+    checked on the host before each call, since the compiled op cannot raise (past the rotary
+    cache it read clamped rows, where ONNX Runtime refuses)."""
+
+    node: object
+    chain: tuple  # the nodes, in order
+    known: object
+    inputs: frozenset  # the graph inputs the chain reads
+
+    def check(self, inputs):
+        from .ops.contrib.group_query_attention import check_seqlens
+
+        env = {}
+        for name in self.inputs:
+            try:
+                env[name] = np.asarray(inputs[name])
+            except Exception:  # noqa: BLE001 - missing or traced: the call reports it
+                return
+        try:
+            for node in self.chain:
+                args = [env[n] if n in env else self.known.value(n) for n in node.inputs]
+                result = node.opdef.fn(NP, *args, **node.attrs)
+                env.update(zip(node.outputs, result if isinstance(result, tuple) else (result,)))
+            seqlens, total = (env[n] if n in env else self.known.value(n)
+                              for n in self.node.inputs[5:7])
+            total = int(np.asarray(total).reshape(-1)[0])
+        except Exception:  # noqa: BLE001 - shapes the graph refuses: its ops report them
+            return
+        past = inputs.get(self.node.inputs[3]) if len(self.node.inputs) > 3 else None
+        past_len = past.shape[2] if getattr(past, "ndim", 0) == 4 else 0
+        cos = self.known.shape(self.node.inputs[7]) if len(self.node.inputs) > 7 else None
+        rotary = cos[0] if cos and self.node.attrs.get("do_rotary", 0) else None
+        try:
+            check_seqlens(seqlens, present=max(total, past_len), rotary_rows=rotary)
+        except ValueError as e:
+            names = ", ".join(repr(n) for n in sorted(self.inputs))
+            raise InputError(f"{self.node.label}: {e} (from input {names}; load(..., "
+                             "checks=False) skips this check)") from None
+
+
+def _find_lengths(model):
+    graph = model.graph
+    producers = {out: node for node in graph.nodes for out in node.outputs if out}
+    shapes = {name: tuple(v.shape) for table in (model.constants, model.params)
+              for name, v in table.items() if getattr(v, "shape", None) is not None}
+    known = _Known(shapes, producers, model.constants)
+    inputs = {v.name for v in graph.inputs}
+    found = []
+    for node in graph.nodes:
+        if node.op_type != "GroupQueryAttention" or len(node.inputs) < 7:
+            continue
+        chain, reads = [], set()
+        if all(_chain(n, known, inputs, chain, reads) for n in node.inputs[5:7]) and reads:
+            found.append(Lengths(node, tuple(chain), known, frozenset(reads)))
+    return found
+
+
+def _chain(name, known, inputs, chain, reads, depth=0):
+    """Add to ``chain`` the nodes computing ``name`` from graph inputs and constants with
+    LENGTH_OPS; False when another op (or a deep chain) computes it."""
+    if name in inputs:
+        reads.add(name)
+        return True
+    if known.value(name) is not None:
+        return True
+    node = known.producers.get(name)
+    if node is None or node.op_type not in LENGTH_OPS or depth > 8 \
+            or node.domain not in ("", "ai.onnx"):
+        return False
+    if node in chain:
+        return True
+    if not all(_chain(n, known, inputs, chain, reads, depth + 1) for n in node.inputs if n):
+        return False
+    chain.append(node)
+    return True

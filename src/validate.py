@@ -9,6 +9,7 @@ its type conflicts refused: ONNX Runtime refuses those too, while it tolerates d
 disagree with inference (onnxruntime-genai's builder declares rank-0 shapes on rank-1 Constants).
 """
 
+import math
 import re
 
 import onnx
@@ -29,7 +30,94 @@ def validate(proto: onnx.ModelProto):
     """Raise ModelLoadError with the first reason ``proto`` is not a valid ONNX model."""
     _check_opsets(proto)
     _check_graph(proto.graph, outer=frozenset())
+    opsets = {("" if e.domain in DEFAULT_DOMAINS else e.domain): e.version
+              for e in proto.opset_import}
+    _check_nodes(proto.graph, opsets)
     _check_types(proto)
+
+
+def _check_nodes(graph, opsets):
+    """Each node against its op's schema (onnx's, for the standard domains; CONTRIB_ATTRIBUTES
+    for the com.microsoft ops we run): input and output counts, attribute types and values, as
+    onnx.checker and ONNX Runtime refuse them; in subgraphs too."""
+    for node in graph.node:
+        schema = _schema(node, opsets)
+        if schema is not None:
+            _check_counts(node, schema)
+            for attr in node.attribute:
+                want = schema.attributes.get(attr.name)
+                if want is not None and not attr.ref_attr_name and attr.type != want.type:
+                    raise ModelLoadError(
+                        f"{_label(node)}: attribute {attr.name!r} is {_attr_type(attr.type)}, "
+                        f"where {node.op_type} takes {_attr_type(want.type)} (re-export the "
+                        "model)")
+        rules = CONTRIB_ATTRIBUTES.get((node.domain, node.op_type), {})
+        for attr in node.attribute:
+            if attr.name in rules:
+                _check_value(node, attr, *rules[attr.name])
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                _check_nodes(sub, opsets)
+
+
+def _schema(node, opsets):
+    domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+    if domain not in NEWEST:
+        return None
+    try:
+        return onnx.defs.get_schema(node.op_type, opsets.get(domain, 1), domain)
+    except onnx.defs.SchemaError:  # an op onnx does not define: the registry reports it
+        return None
+
+
+def _check_counts(node, schema):
+    inputs = len(node.input)
+    while inputs and not node.input[inputs - 1]:
+        inputs -= 1  # trailing optional inputs left out
+    for what, n, lo, hi in (("inputs", inputs, schema.min_input, schema.max_input),
+                            ("outputs", len(node.output), schema.min_output,
+                             schema.max_output)):
+        if not lo <= n <= hi:
+            want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi < 2**30 else f"{lo} or more"
+            raise ModelLoadError(f"{_label(node)} has {n} {what}, where {node.op_type} (opset "
+                                 f"{schema.since_version}) takes {want}")
+
+
+def _attr_type(code):
+    return onnx.AttributeProto.AttributeType.Name(code) if code in \
+        onnx.AttributeProto.AttributeType.values() else f"type {code}"
+
+
+# Attributes of the com.microsoft ops whose values ONNX Runtime reads otherwise than we would
+# (do_rotary = 7 as off, a window of int64 min as 0) or refuses: (type, check, what it takes).
+_FLAG = (onnx.AttributeProto.INT, lambda v: v in (0, 1), "0 or 1")
+_EPSILON = (onnx.AttributeProto.FLOAT, lambda v: math.isfinite(v) and v >= 0,
+            "a finite value >= 0")
+_HEADS = (onnx.AttributeProto.INT, lambda v: 0 < v < 2**31, "a positive count")
+CONTRIB_ATTRIBUTES = {
+    ("com.microsoft", "GroupQueryAttention"): {
+        "num_heads": _HEADS, "kv_num_heads": _HEADS,
+        "do_rotary": _FLAG, "rotary_interleaved": _FLAG, "smooth_softmax": _FLAG,
+        "local_window_size": (onnx.AttributeProto.INT, lambda v: v == -1 or 0 < v < 2**31,
+                              "-1 (no window) or a positive length"),
+        "scale": _EPSILON, "softcap": _EPSILON},
+    ("com.microsoft", "SkipLayerNormalization"): {"epsilon": _EPSILON},
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"): {"epsilon": _EPSILON},
+    ("", "SimplifiedLayerNormalization"): {"epsilon": _EPSILON},
+}
+
+
+def _check_value(node, attr, kind, ok, takes):
+    value = onnx.helper.get_attribute_value(attr) if attr.type == kind else None
+    if value is None or not ok(value):
+        shown = value if value is not None else f"of {_attr_type(attr.type)}"
+        raise ModelLoadError(f"{_label(node)}: attribute {attr.name!r} is {shown}, where "
+                             f"{node.op_type} takes {takes}")
+    if node.op_type == "GroupQueryAttention" and attr.name == "kv_num_heads":
+        heads = next((a.i for a in node.attribute if a.name == "num_heads"), None)
+        if heads is not None and heads % value:
+            raise ModelLoadError(f"{_label(node)}: num_heads {heads} is not a multiple of "
+                                 f"kv_num_heads {value}")
 
 
 def _check_opsets(proto):

@@ -149,3 +149,24 @@ def test_chat_templates_are_bounded(template, match):
         return
     with pytest.raises(ChatTemplateError, match=match):
         render(template, messages)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("mask", [[[1, 1, 5]], [[1, 1, 1], [0, 0, 0]], [[1, -10**6, 1]]],
+                         ids=["sum past the length", "a row of zeros", "negative"])
+def test_an_attention_mask_past_the_kv_buffer_is_refused(backend, mask):
+    """issue 14 (fuzz 20261201:256): GroupQueryAttention's seqlens_k is the mask's row sum - 1;
+    onnxruntime refuses one outside [0, length); compiled, we clamped and answered."""
+    import onnxruntime as ort
+    path = str(ROOT / "llama-gqa" / "onnx" / "model.onnx")
+    mask = np.array(mask, np.int64)
+    feed = {"input_ids": np.ones(mask.shape, np.int64), "attention_mask": mask}
+    feed.update({f"past_key_values.{i}.{kv}": np.zeros((len(mask), 2, 0, 16), np.float32)
+                 for i in range(2) for kv in ("key", "value")})
+    with pytest.raises(Exception, match=r"seqlens_k\[\d\] = -?\d+ is out of range"):
+        ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feed)
+    model = transmuter.load(path, backend=backend)
+    with pytest.raises(InputError, match=r"seqlens_k\[\d\] = -?\d+ is out of range.*"
+                                         r"'attention_mask'"):
+        model(**feed)
+    assert "logits" in model(**{**feed, "attention_mask": np.ones_like(mask)})

@@ -187,3 +187,70 @@ def test_rotary_embedding(backend, variant):
     inputs = {"input": x, "position_ids": pos, "cos_cache": cos, "sin_cache": sin}
     check(single_node("RotaryEmbedding", inputs, {"output": F32}, **attrs), inputs, backend,
           atol=1e-5)
+
+
+# issue 14 (fuzz 20261201:9 and kin): inputs onnxruntime's GroupQueryAttention refuses ran,
+# broadcast or clamped. Each is refused by onnxruntime (asserted) and by us, naming what is wrong.
+GQA_BAD = {
+    "past_value of another length": (
+        dict(s=1, past=5, total=6, seqlens=[5, 5]),
+        lambda i: i.update(past_value=i["past_value"][:, :, :3]), "one past_length"),
+    "past_key of another batch": (
+        dict(s=1, past=5, total=6, seqlens=[5, 5]),
+        lambda i: i.update(past_key=np.concatenate([i["past_key"]] * 2)), "past_key must be"),
+    "past_value of another head size": (
+        dict(s=1, past=5, total=6, seqlens=[5, 5]),
+        lambda i: i.update(past_value=i["past_value"][..., :8]), "past_value must be"),
+    "total length past the past and the step": (
+        dict(s=1, past=5, total=9, seqlens=[5, 5]), lambda i: None,
+        "total_sequence_length 9 must be past length 5"),
+    "seqlens_k past the buffer": (
+        dict(s=5, past=0, total=5, seqlens=[4, 9]), lambda i: None,
+        r"seqlens_k\[1\] = 9 is out of range \[0, 5\)"),
+    "seqlens_k negative": (
+        dict(s=5, past=0, total=5, seqlens=[-1, 4]), lambda i: None,
+        r"seqlens_k\[0\] = -1 is out of range"),
+    "seqlens_k of another batch": (
+        dict(s=5, past=0, total=5, seqlens=[4, 4, 4]), lambda i: None,
+        r"seqlens_k must be \(batch,\)"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(GQA_BAD))
+def test_gqa_refuses_what_onnxruntime_refuses(backend, case):
+    import transmuter
+    from tests.contrib_graphs import feeds, run_ort
+    from transmuter.errors import TransmuterError
+    shape, edit, match = GQA_BAD[case]
+    inputs = gqa_inputs(**shape)
+    edit(inputs)
+    model = single_node("GroupQueryAttention", inputs, {"output": F32},
+                        constants={"total_sequence_length"}, num_heads=HQ, kv_num_heads=HKV)
+    with pytest.raises(Exception, match="INVALID_ARGUMENT"):
+        run_ort(model, inputs)
+    m = transmuter.load(model, backend=backend)
+    with pytest.raises(TransmuterError, match=match):  # eager: OpError naming the node
+        transmuter.run(m, feeds(model, inputs))
+    with pytest.raises(TransmuterError, match=match):  # compiled: checked before the call
+        m(**feeds(model, inputs))
+
+
+@pytest.mark.parametrize("attrs,match", [
+    ({"do_rotary": 7}, "'do_rotary' is 7, where GroupQueryAttention takes 0 or 1"),
+    ({"rotary_interleaved": -2}, "'rotary_interleaved' is -2"),
+    ({"local_window_size": -2**63}, "'local_window_size' is -9223372036854775808"),
+    ({"scale": float("inf")}, "'scale' is inf"),
+    ({"kv_num_heads": 3}, "num_heads 4 is not a multiple of kv_num_heads 3")])
+def test_gqa_attributes_onnxruntime_reads_otherwise_are_refused_at_load(attrs, match):
+    # onnxruntime reads do_rotary / rotary_interleaved == 1 as on and anything else as off,
+    # and a local_window_size of int64 min as 0 (its int cast): values no exporter writes, read
+    # silently otherwise than the attribute says; kv_num_heads 3 onnxruntime refuses itself.
+    import transmuter
+    from transmuter.errors import ModelLoadError
+    inputs = gqa_inputs(s=5, past=0, total=5, seqlens=[4, 4])
+    model = single_node("GroupQueryAttention", inputs, {"output": F32},
+                        constants={"total_sequence_length"}, **{"num_heads": HQ,
+                                                                "kv_num_heads": HKV, **attrs})
+    with pytest.raises(ModelLoadError, match=match):
+        transmuter.load(model)

@@ -43,6 +43,23 @@ def node_in_unlisted_domain():
                       [info("z", T.FLOAT, [2])])
 
 
+def one_node(op_type, inputs, **attrs):
+    """One ``op_type`` node over float x, int64 i and bool c (whichever it reads)."""
+    given = {"x": info("x", T.FLOAT, [2]), "i": info("i", T.INT64, [1]),
+             "c": info("c", T.BOOL, [2])}
+    return make_model([helper.make_node(op_type, inputs, ["z"], **attrs)],
+                      [given[n] for n in inputs], [info("z", T.FLOAT, None)])
+
+
+def skip_norm(epsilon):
+    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["z"],
+                            domain="com.microsoft", epsilon=epsilon)
+    model = make_model([node], [info("x", T.FLOAT, [1, 2, 4]), info("s", T.FLOAT, [1, 2, 4])],
+                       [info("z", T.FLOAT, [1, 2, 4])], {"g": np.ones(4, np.float32)})
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
 CASES = {
     "initializer shadowing a node output": (
         lambda: add(initializers={"z": np.ones(2, np.float32)}), "writes 'z'.*assigned once"),
@@ -70,6 +87,22 @@ CASES = {
     "opset 10**6": (lambda: add(opset=10**6), "opset 1000000"),
     "no opset_import": (no_opset_import, "no opset_import"),
     "negative initializer dims": (negative_dims, r"'w'.*negative dimension: \[-2\]"),
+    # issue 14 (fuzz 20261201:384, :3492, :7483): attribute types against the op's schema
+    "an attribute of the wrong type (Gather axis as ints)": (
+        lambda: one_node("Gather", ["x", "i"], axis=[0]),
+        "'Gather' \\(Gather\\): attribute 'axis' is INTS, where Gather takes INT"),
+    "Cast to a string": (
+        lambda: one_node("Cast", ["x"], to="seven"), "attribute 'to' is STRING.*takes INT"),
+    "Transpose perm a float": (
+        lambda: one_node("Transpose", ["x"], perm=1.5), "attribute 'perm' is FLOAT.*INTS"),
+    # input counts against the schema (a mutation dropped one)
+    "Where with two inputs": (
+        lambda: one_node("Where", ["c", "x"]), "has 2 inputs, where Where.*takes 3"),
+    "Equal with one input": (
+        lambda: one_node("Equal", ["x"]), "has 1 inputs, where Equal.*takes 2"),
+    "SkipSimplifiedLayerNormalization epsilon < 0": (
+        lambda: skip_norm(-1.0), "'epsilon' is -1.0, where SkipSimplifiedLayerNormalization "
+        "takes a finite value >= 0"),
 }
 
 
@@ -112,3 +145,18 @@ def test_lenient_where_onnxruntime_is_a_contrib_node_without_its_import():
 def test_a_valid_model_still_loads_and_runs():
     feed = {"x": np.array([1, 2], np.float32), "y": np.array([3, 4], np.float32)}
     np.testing.assert_array_equal(transmuter.run(transmuter.load(add()), feed)["z"], [4, 6])
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_a_layer_norm_axis_past_the_rank_is_refused(backend):
+    # issue 14 (fuzz 77:192): axis 7 of a rank-3 input normalized over no axis, garbage out;
+    # onnxruntime refuses it at load. The rank is known when the node runs: an OpError there.
+    from transmuter.errors import OpError
+    model = make_model([helper.make_node("LayerNormalization", ["x", "g"], ["z"], axis=7)],
+                       [info("x", T.FLOAT, [1, 2, 4])], [info("z", T.FLOAT, [1, 2, 4])],
+                       {"g": np.ones(4, np.float32)})
+    with pytest.raises(Exception):  # noqa: B017 - any refusal: ORT's messages are its own
+        ort.InferenceSession(model.SerializeToString())
+    m = transmuter.load(model, backend=backend)
+    with pytest.raises(OpError, match=r"axis 7 is out of range for an input of rank 3"):
+        transmuter.run(m, {"x": np.ones((1, 2, 4), np.float32)})

@@ -11,10 +11,6 @@ _ACCEPTED = "| accepted (onnxruntime refuses)"
 
 KNOWN = {
     # Invalid models that onnxruntime (and mostly onnx.checker) refuses, loaded and run.
-    f"structural/attribute-type * {_ACCEPTED}":
-        "an attribute of the wrong type (Reshape allowzero as FLOATS, a Constant's value as "
-        "floats where ints are read) is accepted: validate.py does not check attribute types "
-        "against the op schema",
     f"structural/attribute-value * {_ACCEPTED}":
         "attribute values the op refuses in onnxruntime (SkipSimplifiedLayerNormalization "
         "epsilon < 0, out-of-range axes the eager op clamps) are accepted",
@@ -42,17 +38,6 @@ KNOWN = {
     f"structural/rename-node-input * {_ACCEPTED}":
         "a node input renamed to another defined value of a different type or shape runs "
         "where onnxruntime's type check refuses",
-    "structural/attribute-type * | foreign TypeError @ *":
-        "attributes of the wrong type reach the ops: TypeError in ops/bounds.py limits "
-        "(Gather axis a list), index_checks.py _static_shape (Transpose perm a float), "
-        "dtypes.py to_numpy (Cast to='seven')",
-    f"structural/drop-node-input * {_ACCEPTED}":
-        "a node with fewer inputs than its schema needs (Where with 2, Equal with 1) loads: "
-        "validate.py does not check input counts",
-    "structural/attribute-value * llama-gqa/* | different answer":
-        "GroupQueryAttention attributes outside their range are read otherwise than "
-        "onnxruntime reads them (rotary_interleaved -1, do_rotary 7, local_window_size int64 "
-        "min, scale inf): refuse them",
     "structural/initializer-data * llama-gqa/* | different answer":
         "a NaN in GroupQueryAttention's cos/sin cache at a position no row uses gives NaN "
         "presents (onnxruntime reads only the rows it needs)",
@@ -63,10 +48,6 @@ KNOWN = {
         "two flipped bytes give a merged decoder whose If branch onnxruntime refuses at run "
         "time and we run (20261201:6604); not localized",
     # Call-time inputs.
-    f"inputs/* * llama-gqa/* {_ACCEPTED}":
-        "GroupQueryAttention inputs are not checked as onnxruntime checks them: "
-        "attention_mask values whose sum runs past the rotary cache (seqlens_k out of range), "
-        "past_key_values of the wrong batch or head size, total length < kv length",
     "inputs/wrong-shape jax vit/* | accepted (onnxruntime refuses)":
         "pixel_values narrower than the patch Conv's kernel: JAX's convolution gives an empty "
         "output and broadcasting goes on, where onnxruntime's Conv refuses",

@@ -75,6 +75,75 @@ def _heads(xp, x, n):
     return xp.reshape(x, (b, s, n, hidden // n))
 
 
+def check_shapes(query, key, value, past_key, past_value, cos_cache, sin_cache, seqlens_k,
+                 total, *, num_heads, kv_num_heads):
+    """Raise ValueError where ONNX Runtime's GroupQueryAttention refuses the shapes: else a
+    wrong past buffer or head size broadcasts, or writes rows nobody reads. Returns head_size."""
+    if num_heads <= 0 or kv_num_heads <= 0 or num_heads % kv_num_heads:
+        raise ValueError(f"num_heads ({num_heads}) must be a positive multiple of kv_num_heads "
+                         f"({kv_num_heads})")
+    if query.ndim != 3:
+        raise ValueError(f"query must be (batch, sequence, hidden), got shape {list(query.shape)}")
+    batch, s, hidden = query.shape
+    heads = num_heads if key is not None else num_heads + 2 * kv_num_heads
+    if hidden % heads:
+        raise ValueError(f"query's hidden size {hidden} is not a multiple of its {heads} heads")
+    d = hidden // heads
+    if (key is None) != (value is None):
+        raise ValueError("key and value must both be given, or both left out (packed QKV)")
+    if key is not None:
+        for name, x in (("key", key), ("value", value)):
+            if x.ndim != 3 or tuple(x.shape) != (batch, s, kv_num_heads * d):
+                raise ValueError(f"{name} must be (batch, sequence, kv_num_heads * head_size) = "
+                                 f"{[batch, s, kv_num_heads * d]}, got {list(x.shape)}")
+    if (past_key is None) != (past_value is None):
+        raise ValueError("past_key and past_value must both be given, or both left out")
+    if past_key is not None:
+        for name, x in (("past_key", past_key), ("past_value", past_value)):
+            want = (batch, kv_num_heads, past_key.shape[2] if past_key.ndim == 4 else -1, d)
+            if x.ndim != 4 or tuple(x.shape) != want:
+                raise ValueError(
+                    f"{name} must be (batch, kv_num_heads, past_length, head_size) = "
+                    f"{[batch, kv_num_heads, 'past_length', d]} with one past_length for key and "
+                    f"value, got {list(x.shape)} (past_key {list(past_key.shape)})")
+    if int(np.prod(seqlens_k.shape)) != batch or seqlens_k.ndim > 1:
+        raise ValueError(f"seqlens_k must be (batch,) = [{batch}], got {list(seqlens_k.shape)}")
+    if np.size(total) != 1:
+        raise ValueError("total_sequence_length must hold one value")
+    past_len = 0 if past_key is None else past_key.shape[2]
+    total = int(np.asarray(total).reshape(-1)[0])
+    if s > 1 and s != total and batch != 1:
+        raise ValueError("with past context, a step of more than one token needs batch 1")
+    if total != past_len + s and total > past_len:
+        raise ValueError(f"total_sequence_length {total} must be past length {past_len} + "
+                         f"sequence {s} (a cache that grows) or at most {past_len} (a fixed one)")
+    if (cos_cache is None) != (sin_cache is None):
+        raise ValueError("cos_cache and sin_cache must both be given, or both left out")
+    if cos_cache is not None:
+        if cos_cache.ndim != 2 or tuple(cos_cache.shape) != tuple(sin_cache.shape) \
+                or 2 * cos_cache.shape[1] > d or cos_cache.shape[0] < total:
+            raise ValueError(f"cos_cache {list(cos_cache.shape)} and sin_cache "
+                             f"{list(sin_cache.shape)} must be one (max_length >= {total}, "
+                             f"rotary_dim / 2 <= {d // 2}) shape")
+    return d
+
+
+def check_seqlens(seqlens, *, present, rotary_rows=None):
+    """Raise ValueError when a host ``seqlens_k`` value is outside what ONNX Runtime takes:
+    [0, present) rows of the KV buffer and, with rotary, of the cos/sin cache. Each comes from
+    an attention_mask's row sum minus one."""
+    seqlens = np.asarray(seqlens).reshape(-1)
+    limit = present if rotary_rows is None else min(present, rotary_rows)
+    bad = np.flatnonzero((seqlens < 0) | (seqlens >= limit))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(
+            f"seqlens_k[{b}] = {int(seqlens[b])} is out of range [0, {limit}) (the KV buffer "
+            f"has {present} rows{'' if rotary_rows is None else f', the rotary cache {rotary_rows}'}"
+            f"): attention_mask row {b} must hold 0s and 1s, at least one 1, and no more 1s "
+            "than its length")
+
+
 @op("GroupQueryAttention", 1, domain="com.microsoft", static=(6,), context=True)
 def group_query_attention(xp, query, key=None, value=None, past_key=None, past_value=None,
                           seqlens_k=None, total_sequence_length=None, cos_cache=None,
@@ -93,6 +162,9 @@ def group_query_attention(xp, query, key=None, value=None, past_key=None, past_v
         raise NotImplementedError(
             "GroupQueryAttention with sliding_window_cache, query_seqlens or q/k_norm_weight "
             "(ONNX Runtime's CPU kernel rejects the norm weights too)")
+    check_shapes(query, key, value, past_key, past_value, cos_cache if do_rotary else None,
+                 sin_cache if do_rotary else None, seqlens_k, total_sequence_length,
+                 num_heads=num_heads, kv_num_heads=kv_num_heads)
     dt = xp.dtype_of(query)
     batch, s = query.shape[:2]
     if key is None:  # packed QKV: (B, S, (Hq + 2 Hkv) * D)
@@ -109,12 +181,15 @@ def group_query_attention(xp, query, key=None, value=None, past_key=None, past_v
     seqlens = xp.astype(xp.reshape(seqlens_k, (-1,)), np.int64)
     valid = seqlens + 1
     past_b = xp.zeros_like(seqlens) if first_prompt else valid - s
+    past_len = 0 if past_key is None else past_key.shape[2]
+    if xp.is_concrete(seqlens):  # eager: read on the host (compiled: checked before the call)
+        check_seqlens(np.asarray(seqlens), present=max(total, past_len),
+                      rotary_rows=cos_cache.shape[0] if do_rotary else None)
     if do_rotary:
         pos = rotary_positions(xp, position_ids, past_b, batch, s, first_prompt)
         q = rope_heads(xp, q, cos_cache, sin_cache, pos, rotary_interleaved)
         k = rope_heads(xp, k, cos_cache, sin_cache, pos, rotary_interleaved)
     q, k, v = (xp.transpose(x, (0, 2, 1, 3)) for x in (q, k, v))  # BNSH
-    past_len = 0 if past_key is None else past_key.shape[2]
     length = max(total, past_len)
     present_k = write_cache(xp, past_key, k, past_b, length)
     present_v = write_cache(xp, past_value, v, past_b, length)
