@@ -95,6 +95,28 @@ def test_stream_chunks_join_to_the_new_text():
         p(["a", "b"], stream=True)
 
 
+def test_stream_token_summary():
+    """stream=True, token_summary=True: the text chunks, then one dict with the non-streamed
+    call's token_summary and why it ended; the greedy ids come from transformers' generate
+    (generate_beam.json): 8 new tokens ("length"), and with eos set to the third of them, 3
+    ("stop"); a stop string also ends with "stop"."""
+    p = pipe("gpt2")
+    case = reference("gpt2", "generate_beam.json")["cases"][0]
+    assert case["kwargs"] == {"max_new_tokens": 8, "do_sample": False}
+    prompt, greedy = case["prompt"], case["sequences"][0]
+    eos = greedy[2]
+    for kwargs, output, finish in [({}, 8, "length"), ({"eos_token_id": eos}, 3, "stop"),
+                                   ({"stop_strings": [p._decode(greedy[1:3], None)]}, 3, "stop")]:
+        kwargs = {**case["kwargs"], **kwargs}
+        *chunks, last = p(prompt, stream=True, token_summary=True, **kwargs)
+        alone = p(prompt, token_summary=True, return_full_text=False, **kwargs)[0]
+        assert "".join(chunks) == alone["generated_text"] and all(isinstance(c, str) for c in chunks)
+        assert last == {"token_summary": alone["token_summary"], "finish_reason": finish}
+        assert last["token_summary"]["output"] == output
+    # without the option a stream holds text chunks only
+    assert all(isinstance(c, str) for c in p(prompt, stream=True, **case["kwargs"]))
+
+
 def test_text_streamer_rule():
     from transmuter.generation.streaming import TextStreamer
     pieces = {1: "Hello", 2: " wor", 3: "ld", 4: "\n", 5: "\u4e2d", 6: "\ufffd", 7: " ok"}

@@ -45,9 +45,10 @@ def _is_cjk(cp):
             or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
-def stream(run, decode):
+def stream(run, decode, final=None):
     """Iterator of text chunks from ``run(on_step)`` (a generation of one row) running in a
-    worker thread; its errors re-raise in the consumer."""
+    worker thread; its errors re-raise in the consumer. ``final(result)``, when given, makes
+    one more item after the last chunk from what ``run`` returned (a token summary)."""
     chunks, done = queue.Queue(), object()
     streamer = TextStreamer(decode)
 
@@ -57,8 +58,10 @@ def stream(run, decode):
 
     def work():
         try:
-            run(on_step)
+            result = run(on_step)
             chunks.put(streamer.end())
+            if final is not None:
+                chunks.put(_Final(final(result)))
             chunks.put(done)
         except BaseException as e:  # handed to the consumer
             chunks.put(e)
@@ -70,5 +73,14 @@ def stream(run, decode):
             return
         if isinstance(item, BaseException):
             raise item
-        if item:
+        if isinstance(item, _Final):
+            yield item.value
+        elif item:
             yield item
+
+
+class _Final:
+    """The last item of a stream (not a text chunk, so it is yielded even when empty)."""
+
+    def __init__(self, value):
+        self.value = value

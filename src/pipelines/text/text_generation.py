@@ -13,6 +13,7 @@ as ``apply_chat_template`` does. Inputs of one batch run together, each with its
 
 from ...generation import GenerationConfig, Generator
 from ...generation.config import check_options
+from ...generation.loop import token_summary
 from ...generation.streaming import stream as stream_text
 from ...preprocess import chat_template
 from ...preprocess.tokenizer import clean_up_tokenization
@@ -37,19 +38,35 @@ class TextGenerationPipeline(TextPipeline):
         return "decoder_model_merged"
 
     def __call__(self, inputs, *, stream=False, **kwargs):
-        """With ``stream=True`` (one input): an iterator of new-text chunks (TextStreamer rule)."""
+        """With ``stream=True`` (one input): an iterator of new-text chunks (TextStreamer rule);
+        with ``token_summary=True`` too, one dict after the last chunk:
+        ``{"token_summary": {"input", "output", "padding"}, "finish_reason": "stop" | "length"}``
+        ("stop": an eos token or a stop string ended it; "length": the token budget)."""
         if not stream:
             return super().__call__(inputs, **kwargs)
         if not self._is_single(inputs):
             raise PipelineError("stream=True takes one input (a string or one chat)")
         kwargs.pop("batch_size", None)
-        pre, fwd, _ = self._sanitize_parameters(**{**self._defaults, **kwargs})
-        if fwd["config"].num_beams > 1:
+        pre, fwd, post = self._sanitize_parameters(**{**self._defaults, **kwargs})
+        config = fwd["config"]
+        if config.num_beams > 1:
             raise PipelineError("stream=True cannot stream beam search (num_beams > 1)")
         chunk = next(iter(self.preprocess(inputs, **pre)))
+        final = (lambda new: self._stream_summary(chunk["ids"], new[0], config)) \
+            if post["summary"] else None
         return stream_text(lambda on_step: self.generator.generate(
-            [chunk["ids"]], fwd["config"], decode=lambda ids: self._decode(ids, None),
-            on_step=on_step), lambda ids: self._decode(ids, None))
+            [chunk["ids"]], config, decode=lambda ids: self._decode(ids, None),
+            on_step=on_step), lambda ids: self._decode(ids, None), final)
+
+    def _stream_summary(self, prompt_ids, new_ids, config):
+        """The last item of a stream with ``token_summary=True``."""
+        budget = config.new_tokens(len(prompt_ids))
+        ended = bool(new_ids) and new_ids[-1] in (config.eos_token_id or [])
+        # no budget left (a prompt at max_length): generate ran no step and kept no stats
+        summary = self.generator.stats.summaries([len(prompt_ids)])[0][0] if new_ids else \
+            token_summary(len(prompt_ids), 0, 0, 0)
+        return {"token_summary": summary,
+                "finish_reason": "stop" if ended or len(new_ids) < budget else "length"}
 
     # --- options -------------------------------------------------------------------------------
 
