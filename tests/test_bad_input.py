@@ -170,3 +170,19 @@ def test_an_attention_mask_past_the_kv_buffer_is_refused(backend, mask):
                                          r"'attention_mask'"):
         model(**feed)
     assert "logits" in model(**{**feed, "attention_mask": np.ones_like(mask)})
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("shape", [(1, 3, 32, 5), (1, 3, 0, 32)], ids=["narrow", "empty"])
+def test_pixel_values_smaller_than_the_patch_kernel_are_refused(backend, shape):
+    """issue 14 (fuzz 20261201:359): JAX's convolution gave an empty output and the graph
+    broadcast on; onnxruntime's Conv refuses the shape."""
+    import onnxruntime as ort
+    from transmuter.errors import OpError
+    path = str(ROOT / "vit" / "onnx" / "model.onnx")
+    feed = {"pixel_values": np.zeros(shape, np.float32)}
+    with pytest.raises(Exception, match="Invalid input shape"):
+        ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feed)
+    with pytest.raises(OpError, match=rf"axis \d has size {min(shape[2:])} .*smaller than the "
+                                      r"kernel's"):
+        transmuter.run(transmuter.load(path, backend=backend), feed)

@@ -24,6 +24,16 @@ def _bias(xp, y, b):
 def _conv(xp, x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides):
     win = window.resolve(x.shape[2:], w.shape[2:], strides=strides, pads=pads,
                          dilations=dilations, auto_pad=auto_pad)
+    for axis, (size, k, d, (lo, hi)) in enumerate(zip(
+            x.shape[2:], win.kernel, win.dilations, win.padding)):
+        if size + lo + hi < (k - 1) * d + 1:
+            # JAX's convolution gives an empty output there and the graph broadcasts on;
+            # ONNX Runtime refuses the shape
+            raise ValueError(
+                f"input spatial axis {axis + 2} has size {size} (padded {size + lo + hi}), "
+                f"smaller than the kernel's {(k - 1) * d + 1}: input shape {list(x.shape)}, "
+                f"kernel {list(w.shape)}; give a larger input (an image resized to the "
+                "model's size)")
     y = xp.conv(_f32(xp, x), _f32(xp, w), strides=win.strides, pads=win.pads,
                 dilations=win.dilations, groups=group)
     return xp.astype(_bias(xp, y, b), xp.dtype_of(x))

@@ -48,11 +48,6 @@ KNOWN = {
         "two flipped bytes give a merged decoder whose If branch onnxruntime refuses at run "
         "time and we run (20261201:6604); not localized",
     # Call-time inputs.
-    "inputs/wrong-shape jax vit/* | accepted (onnxruntime refuses)":
-        "pixel_values narrower than the patch Conv's kernel: JAX's convolution gives an empty "
-        "output and broadcasting goes on, where onnxruntime's Conv refuses",
-    "inputs/zero-dim jax vit/* | accepted (onnxruntime refuses)":
-        "the same with an empty height or width",
     "inputs/huge-dim * | foreign MemoryError *":
         "an input of 2**31 rows (a zero-stride view) is copied: MemoryError in "
         "backends/mlx.py to_mx instead of an InputError giving the size",
