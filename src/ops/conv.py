@@ -24,6 +24,11 @@ def _bias(xp, y, b):
 def _conv(xp, x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides):
     win = window.resolve(x.shape[2:], w.shape[2:], strides=strides, pads=pads,
                          dilations=dilations, auto_pad=auto_pad)
+    if x.ndim != w.ndim or x.shape[1] != w.shape[1] * group:
+        # MLX's convolution reads past its buffers there (SIGSEGV); ONNX Runtime refuses
+        raise ValueError(f"input shape {list(x.shape)} does not fit kernel {list(w.shape)} with "
+                         f"group {group}: it needs rank {w.ndim} and {w.shape[1] * group} "
+                         "channels on axis 1")
     for axis, (size, k, d, (lo, hi)) in enumerate(zip(
             x.shape[2:], win.kernel, win.dilations, win.padding)):
         if size + lo + hi < (k - 1) * d + 1:
