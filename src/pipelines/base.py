@@ -96,6 +96,20 @@ class Pipeline:
         raise PipelineError(f"{self.task} takes {self._input_kind()}, a list of them, or an "
                             f"iterable of them; got {type(inputs).__name__}: {inputs!r:.80}")
 
+    def serve(self, max_batch_size=None, batch_timeout_ms=5, **call_options):
+        """A ``transmuter.serving.Server``: callable from many threads (and ``await
+        server.acall(x)``), one input per call; calls arriving within ``batch_timeout_ms`` run as
+        one call on a list of up to ``max_batch_size`` (default ``batch_size``) inputs."""
+        from ..serving import Server
+        return Server(self, max_batch_size, batch_timeout_ms, **call_options)
+
+    @property
+    def generates(self):
+        """Whether a call runs a decoding loop: the pipeline's or its ASR head's generator, or
+        SpeechT5's step graph (such tasks are not served by dynamic batching)."""
+        parts = (self, getattr(self, "head", None), getattr(self, "speech", None))
+        return any(getattr(p, "generator", None) is not None or hasattr(p, "step") for p in parts)
+
     def _iterate(self, inputs, params, batch_size, progress, lookahead=None):
         """Results in input order. Preprocess reads ahead ``lookahead`` (default
         ``lookahead_batches``) batches of chunks; those are run largest first, so each batch pads
