@@ -199,7 +199,8 @@ def check_value(info, value):
         dtype = np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
     except TypeError:  # an MLX dtype
         dtype = np.dtype(str(dtype).split(".")[-1])
-    if dtype != info.dtype and not (info.dtype == object and dtype.kind in "OUS"):
+    if dtype != info.dtype and not (info.dtype == object and dtype.kind in "OUS") \
+            and not _narrowed_by_jax(value, dtype, info.dtype):
         raise InputError(f"Input {info.name!r} has dtype {dtypes.name(dtype)}, but the graph "
                          f"declares {dtypes.name(info.dtype)}: convert it (e.g. "
                          f"np.asarray(x, dtype=np.{dtypes.name(info.dtype)}))")
@@ -213,6 +214,18 @@ def check_value(info, value):
         if isinstance(want, int) and want > 0 and got != want:
             raise InputError(f"Input {info.name!r} has shape {list(shape)}, but the graph "
                              f"declares {info!r}")
+
+
+def _narrowed_by_jax(value, dtype, declared):
+    """An int32 (uint32) JAX array or tracer where the graph declares int64 (uint64), made
+    while JAX's x64 mode is off: a NumPy int64 batch handed to the user's own ``jax.jit``
+    (a training step) arrives so, and JAX cannot hold it wider. Its values are those of the
+    batch; the graph's integer ops take it as it is. Floats are never accepted narrowed."""
+    if declared.kind not in "iu" or declared.itemsize != 8 or dtype.kind != declared.kind \
+            or dtype.itemsize != 4 or not type(value).__module__.startswith("jax"):
+        return False
+    import jax
+    return not jax.config.jax_enable_x64
 
 
 def _host_input(info, name, value):

@@ -8,7 +8,8 @@ from .base import PipelineError
 def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_extractor=None,
              config=None,
              backend="jax", compute_type=None, variant=None, revision=None, cache_dir=None,
-             local_files_only=False, token=None, checks=True, compile_cache=None, **options):
+             local_files_only=False, token=None, checks=True, compile_cache=None, trainable=False,
+             **options):
     """A ``Pipeline`` for ``task`` (transformers' names and aliases, plus ``text-embedding``,
     ``text-ranking``).
 
@@ -22,7 +23,8 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     ("jax", "mlx"), ``compute_type`` and ``checks`` reach ``transmuter.load``: ``checks=True``
     refuses a tokenizer whose ids run past the model's embedding table (here, at load) and
     out-of-range ids at each call (``checks=False`` skips both; a model loaded by hand keeps its
-    own ``load(checks=)``); ``compile_cache`` too (a folder, or False: JAX's persistent
+    own ``load(checks=)``); ``trainable`` too (the weights ``transmuter.training`` trains);
+    ``compile_cache`` too (a folder, or False: JAX's persistent
     compilation cache, docs/compile-cache.md). Other options
     (``batch_size``, ``sequence_length``, ``progress`` and the task's own, e.g. ``top_k``) go to
     the pipeline.
@@ -45,7 +47,8 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
         # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...)
         component = cls.onnx_component(repo) if hasattr(cls, "onnx_component") else "model"
         model = load(repo.onnx_file(component, variant), backend=backend,
-                     compute_type=compute_type, checks=checks, compile_cache=compile_cache)
+                     compute_type=compute_type, checks=checks, compile_cache=compile_cache,
+                     trainable=trainable)
     if repo is not None and not isinstance(config, dict):
         config = repo.config()
     if config is None:

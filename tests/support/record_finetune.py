@@ -17,6 +17,17 @@ up to float64 rounding, and stored in float32. The exporter de-duplicates equal 
 (every LayerNorm gamma at 1 is one tensor) and transposes MatMul weights, so the gradient of an
 ONNX initializer is the sum of its PyTorch parameters' gradients, each transposed back as needed.
 
+``curve`` (or ``python record_finetune.py curve``) records the loss of 30 AdamW steps of the BERT
+classifier on CURVE_TEXTS / CURVE_LABELS in batches of CURVE_BATCH (in order, no shuffling),
+tokenized by the fixture's own tokenizer (transformers' AutoTokenizer on the fixture folder,
+padded to the longest row of each batch), with torch.optim.AdamW(lr, betas, eps, weight_decay of
+CURVE_ADAMW): ``references/finetune_curve.npz`` holds ``loss`` [30] (float32, the mean
+cross-entropy of each step's batch before its update), ``trained`` (the initializers that train:
+those that are one PyTorch parameter each; the exporter merged equal weights into shared
+initializers, which would tie them in the ONNX graph, so those stay frozen on both sides) and
+``ids/<batch>`` (the input ids of each batch, for the test to check its tokenization), with the
+``texts``, ``labels``, ``batch`` size and ``adamw/<option>`` it used.
+
 Writes ``tests/fixtures/<name>/references/finetune_grads.npz``: ``loss`` (float64), ``labels``,
 ``grad/<initializer name>`` per float initializer of the first graph, and ``alias/<name>`` for
 the other graphs' initializers (GPT-2's merged decoder renames them): the first graph's name.
@@ -173,7 +184,131 @@ def record(name):
     print(f"{name}: loss {out['loss']:.6f}, {len(mapping)} initializers")
 
 
+CURVE_TEXTS = ["Hello world!", "My name is Sarah and I live in London.", "The cat sat on the mat.",
+               "I love this film.", "What a dreadful, boring day.", "It is fine, I suppose.",
+               "The weather in Paris is lovely in spring.", "No.", "Terrible service, never again!",
+               "An average meal at an average price."]
+CURVE_LABELS = [2, 1, 1, 2, 0, 1, 2, 0, 0, 1]
+CURVE_BATCH = 4
+CURVE_STEPS = 30
+CURVE_ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+
+
+def record_curve(name="bert-sequence-classification"):
+    import torch
+    from transformers import AutoTokenizer
+
+    build, graphs, _ = FIXTURES[name]
+    d = ec.FIXTURES_ROOT / name
+    ec.seed_everything()
+    with tempfile.TemporaryDirectory() as work:
+        # eval(): no dropout (attention's too), as in the ONNX graph, which is the inference
+        # graph; gradients flow all the same
+        model = build(Path(work)).eval()
+    tok = AutoTokenizer.from_pretrained(d)
+    params = {k: p.detach().numpy() for k, p in model.named_parameters()}
+    mapping = _mapping(_float_initializers(d / graphs[0]), params)
+    trained = sorted(n for n, m in mapping.items() if len(m) == 1)
+    train = {m[0][0] for n, m in mapping.items() if len(m) == 1}
+    for pname, p in model.named_parameters():
+        p.requires_grad_(pname in train)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                  **CURVE_ADAMW)
+    batches = [range(i, min(i + CURVE_BATCH, len(CURVE_TEXTS)))
+               for i in range(0, len(CURVE_TEXTS), CURVE_BATCH)]
+    out, losses = {}, []
+    for step in range(CURVE_STEPS):
+        rows = batches[step % len(batches)]
+        feed = tok([CURVE_TEXTS[i] for i in rows], padding=True, return_tensors="pt")
+        out.setdefault(f"ids/{step % len(batches)}", feed["input_ids"].numpy())
+        loss = torch.nn.functional.cross_entropy(model(**feed).logits,
+                                                 torch.tensor([CURVE_LABELS[i] for i in rows]))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    out.update(loss=np.array(losses, np.float32), trained=np.array(trained),
+               texts=np.array(CURVE_TEXTS), labels=np.array(CURVE_LABELS), batch=CURVE_BATCH,
+               **{f"adamw/{k}": np.array(v) for k, v in CURVE_ADAMW.items()})
+    np.savez_compressed(d / "references" / "finetune_curve.npz", **out)
+    print(f"{name}: {len(trained)} of {len(mapping)} initializers train; loss "
+          f"{losses[0]:.5f} -> {losses[-1]:.5f}")
+
+
+PAIRS = [("A man is eating food.", "A man eats something."),
+         ("The cat sits on the mat.", "A cat is sitting."),
+         ("Paris is the capital of France.", "France's capital city is Paris."),
+         ("I like green tea in the morning.", "Tea is nice early in the day."),
+         ("It will rain tomorrow in London, where the weather is often grey but the museums "
+          "are free and the parks are wide and green.", "Rain is expected."),
+         ("The match ended with a late goal.", "A goal came late in the game.")]
+PAIR_SCORES = [0.9, 0.8, 1.0, 0.6, 0.4, 0.7]
+PAIR_BATCH = 4
+PAIR_STEPS = 8
+PAIR_ADAM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+
+
+def record_embedding_curves(name="bert-sentence-transformers"):
+    """sentence-transformers' MultipleNegativesRankingLoss and CosineSimilarityLoss on PAIRS:
+    PAIR_STEPS steps of torch.optim.AdamW (PAIR_ADAM: no weight decay, plain Adam) each, from the
+    fixture's weights, in batches of PAIR_BATCH in order, tokenized by SentenceTransformer
+    itself (max_seq_length 24, as the fixture). Writes references/finetune_embedding_curves.npz:
+    ``loss/<kind>`` per step, ``trained`` (as record_curve), ``pairs``, ``scores``, ``batch``,
+    ``adam/<option>``."""
+    import shutil
+
+    import families_pipelines as fp
+    import families_text as ft
+    import torch
+    from sentence_transformers import SentenceTransformer, losses, models
+    from transformers import BertModel
+
+    d = ec.FIXTURES_ROOT / name
+    out = {}
+    for kind in ("multiple-negatives-ranking", "cosine-similarity"):
+        tok = fp._tokenizer()
+        ec.seed_everything()
+        bert = BertModel(ft._bert_config(tok)).eval()
+        with tempfile.TemporaryDirectory() as work:
+            bert.save_pretrained(work)
+            tok.save_pretrained(work)
+            body = models.Transformer(work, max_seq_length=24)
+        st = SentenceTransformer(modules=[body, models.Pooling(32, "mean"), models.Normalize()],
+                                 device="cpu").eval()  # eval: no dropout, as the ONNX graph
+        params = {k: p.detach().numpy() for k, p in bert.named_parameters()}
+        mapping = _mapping(_float_initializers(d / "onnx" / "model.onnx"), params)
+        train = {"0.model." + m[0][0] for m in mapping.values() if len(m) == 1}
+        out["trained"] = np.array(sorted(n for n, m in mapping.items() if len(m) == 1))
+        for pname, p in st.named_parameters():
+            p.requires_grad_(pname in train)
+        loss_fn = (losses.MultipleNegativesRankingLoss(st) if kind.startswith("multiple")
+                   else losses.CosineSimilarityLoss(st))
+        optimizer = torch.optim.AdamW([p for p in st.parameters() if p.requires_grad],
+                                      **PAIR_ADAM)
+        batches = [range(i, min(i + PAIR_BATCH, len(PAIRS)))
+                   for i in range(0, len(PAIRS), PAIR_BATCH)]
+        curve = []
+        for step in range(PAIR_STEPS):
+            rows = batches[step % len(batches)]
+            features = [st.tokenize([PAIRS[i][c] for i in rows]) for c in (0, 1)]
+            labels = torch.tensor([PAIR_SCORES[i] for i in rows])
+            loss = loss_fn(features, labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            curve.append(loss.item())
+        out[f"loss/{kind}"] = np.array(curve, np.float32)
+        print(f"{name} {kind}: loss {curve[0]:.5f} -> {curve[-1]:.5f}")
+    out.update(pairs=np.array(PAIRS), scores=np.array(PAIR_SCORES, np.float32),
+               batch=PAIR_BATCH, **{f"adam/{k}": np.array(v) for k, v in PAIR_ADAM.items()})
+    np.savez_compressed(d / "references" / "finetune_embedding_curves.npz", **out)
+
+
 def main(argv):
+    if argv == ["curve"]:
+        record_curve()
+        record_embedding_curves()
+        return 0
     for name in argv or list(FIXTURES):
         record(name)
     return 0

@@ -112,8 +112,9 @@ def _head(settings, normalize):
     return head
 
 
-def pool(hidden, mask, modes):
-    """sentence-transformers Pooling.forward over [B, L, H] with an attention mask [B, L]."""
+def pool(hidden, mask, modes, xp=np):
+    """sentence-transformers Pooling.forward over [B, L, H] with an attention mask [B, L], in
+    the array namespace ``xp`` (NumPy on the host; jax.numpy in a traced training loss)."""
     hidden = hidden.astype(np.float32, copy=False)
     m = mask.astype(np.float32)[..., None]
     parts = []
@@ -121,19 +122,19 @@ def pool(hidden, mask, modes):
         if mode == "cls":
             parts.append(hidden[:, 0])
         elif mode == "max":
-            parts.append(np.where(m > 0, hidden, -1e9).max(axis=1))
+            parts.append(xp.where(m > 0, hidden, -1e9).max(axis=1))
         elif mode in ("mean", "mean_sqrt_len_tokens"):
             total = (hidden * m).sum(axis=1)
-            count = np.maximum(m.sum(axis=1), 1e-9)
-            parts.append(total / (count if mode == "mean" else np.sqrt(count)))
+            count = xp.maximum(m.sum(axis=1), 1e-9)
+            parts.append(total / (count if mode == "mean" else xp.sqrt(count)))
         elif mode == "weightedmean":
-            w = m * np.arange(1, hidden.shape[1] + 1, dtype=np.float32)[None, :, None]
-            parts.append((hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9))
+            w = m * xp.arange(1, hidden.shape[1] + 1, dtype=np.float32)[None, :, None]
+            parts.append((hidden * w).sum(axis=1) / xp.maximum(w.sum(axis=1), 1e-9))
         elif mode == "lasttoken":
             # the last attended position of each row (right or left padding alike)
-            last = hidden.shape[1] - 1 - np.argmax(mask[:, ::-1] > 0, axis=1)
-            parts.append(hidden[np.arange(hidden.shape[0]), last])
-    return np.concatenate(parts, axis=-1)
+            last = hidden.shape[1] - 1 - xp.argmax(mask[:, ::-1] > 0, axis=1)
+            parts.append(hidden[xp.arange(hidden.shape[0]), last])
+    return xp.concatenate(parts, axis=-1)
 
 
 def _pooling_modes(value):
