@@ -24,6 +24,8 @@ TYPE_CONFLICTS = ("inconsistent type", "elem type differs")
 # the newest opset of each standard domain that the installed onnx defines
 NEWEST = {"": onnx.defs.onnx_opset_version(),
           "ai.onnx.ml": max(row[3] for row in onnx.helper.VERSION_TABLE if row[3])}
+# ONNX Runtime's contrib domain has one version: it refuses a model importing another
+CONTRIB_OPSETS = {"com.microsoft": 1}
 
 
 def validate(proto: onnx.ModelProto):
@@ -74,6 +76,10 @@ def _check_counts(node, schema):
     inputs = len(node.input)
     while inputs and not node.input[inputs - 1]:
         inputs -= 1  # trailing optional inputs left out
+    for i, (name, formal) in enumerate(zip(node.input, schema.inputs)):
+        if not name and formal.option == onnx.defs.OpSchema.FormalParameterOption.Single:
+            raise ModelLoadError(f"{_label(node)} leaves input {i} ({formal.name!r}) empty, "
+                                 f"which {node.op_type} requires")
     for what, n, lo, hi in (("inputs", inputs, schema.min_input, schema.max_input),
                             ("outputs", len(node.output), schema.min_output,
                              schema.max_output)):
@@ -126,12 +132,13 @@ def _check_opsets(proto):
                              "operator set it uses (re-export it)")
     for entry in proto.opset_import:
         domain = "" if entry.domain in DEFAULT_DOMAINS else entry.domain
-        newest = NEWEST.get(domain)
+        newest = NEWEST.get(domain, CONTRIB_OPSETS.get(domain))
         if entry.version < 1 or (newest is not None and entry.version > newest):
             known = f"1 to {newest}" if newest else "1 or more"
+            who = "ONNX Runtime" if domain in CONTRIB_OPSETS else f"onnx {onnx.__version__}"
             raise ModelLoadError(f"The model imports opset {entry.version} of domain "
-                                 f"{entry.domain or 'ai.onnx'!r}, which is not defined (onnx "
-                                 f"{onnx.__version__} knows {known})")
+                                 f"{entry.domain or 'ai.onnx'!r}, which is not defined ({who} "
+                                 f"knows {known})")
 
 
 def _check_graph(graph, outer):

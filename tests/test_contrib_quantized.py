@@ -244,3 +244,18 @@ def test_matmul_nbits_empty_rows(backend, a_shape):
                         block_size=32, constants={"B", "scales", "zero_points"})
     got, _ = check(model, inputs, backend, atol=0)
     assert got["Y"].shape == a_shape[:-1] + (16,)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matmul_nbits_refuses_a_b_that_does_not_match_its_attributes(backend):
+    # issue 14 (fuzz 20261201:71): B [16, 2, 1024] for N=1024 was read as broadcast garbage;
+    # onnxruntime refuses it at load (PrePack), we when the node runs
+    from transmuter.errors import OpError
+    inputs = nbits_inputs(64, 16, 4, 32, zp=None)
+    inputs["B"] = inputs["B"].reshape(8, 4, 16)
+    model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=64, N=16, bits=4,
+                        block_size=32, constants={"B", "scales"})
+    with pytest.raises(Exception, match="does not match"):
+        run_ort(model, inputs)
+    with pytest.raises(OpError, match=r"B of shape \[8, 4, \d+\].*must be \[16, 2, 16\] bytes"):
+        run_ours(model, inputs, backend)

@@ -60,6 +60,12 @@ def skip_norm(epsilon):
     return model
 
 
+def contrib_opset(version):
+    model = skip_norm(1e-5)
+    model.opset_import[-1].version = version
+    return model
+
+
 CASES = {
     "initializer shadowing a node output": (
         lambda: add(initializers={"z": np.ones(2, np.float32)}), "writes 'z'.*assigned once"),
@@ -100,6 +106,12 @@ CASES = {
         lambda: one_node("Where", ["c", "x"]), "has 2 inputs, where Where.*takes 3"),
     "Equal with one input": (
         lambda: one_node("Equal", ["x"]), "has 1 inputs, where Equal.*takes 2"),
+    "a required input left empty": (
+        lambda: make_model([helper.make_node("Where", ["", "x", "x"], ["z"])], [X],
+                           [info("z", T.FLOAT, [2])]),
+        r"leaves input 0 \('condition'\) empty, which Where requires"),
+    "com.microsoft opset 99": (
+        lambda: contrib_opset(99), "opset 99 of domain 'com.microsoft'.*ONNX Runtime knows 1"),
     "SkipSimplifiedLayerNormalization epsilon < 0": (
         lambda: skip_norm(-1.0), "'epsilon' is -1.0, where SkipSimplifiedLayerNormalization "
         "takes a finite value >= 0"),

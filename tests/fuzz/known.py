@@ -14,8 +14,6 @@ KNOWN = {
     f"structural/attribute-value * {_ACCEPTED}":
         "attribute values the op refuses in onnxruntime (SkipSimplifiedLayerNormalization "
         "epsilon < 0, out-of-range axes the eager op clamps) are accepted",
-    f"structural/opset-version * {_ACCEPTED}":
-        "a com.microsoft opset other than 1 (11, 99) is accepted: only ai.onnx's is checked",
     f"structural/output-type * {_ACCEPTED}":
         "a declared graph-output elem_type that its producer cannot give is accepted where "
         "onnx's inference cannot type the producer (contrib ops: GroupQueryAttention, "
@@ -24,8 +22,7 @@ KNOWN = {
         "a declared fixed dim of 0 is not enforced on the feed (model.check_value skips dims "
         "<= 0)",
     f"structural/initializer-dims * {_ACCEPTED}":
-        "initializer shapes an op refuses are broadcast instead (Conv bias [32, 1]; a "
-        "MatMulNBits B shape that does not match N, K, bits, block_size)",
+        "initializer shapes an op refuses are broadcast instead (Conv bias [32, 1])",
     f"structural/initializer-dtype * {_ACCEPTED}":
         "an initializer whose data_type no longer matches its readers' type constraints runs",
     f"structural/*-node-* * gpt2/* {_ACCEPTED}":

@@ -180,6 +180,25 @@ def native_nbits(xp, a, b, scales, zero_points, g_idx, *, k, n, bits, block_size
                   bits=bits)
 
 
+def _check_nbits_weights(b, scales, *, k, n, bits, block_size):
+    """B holds (N, ceil(K / block_size), block_size * bits / 8) bytes (as uint8, or the uint32
+    words of as_words) and scales N * n_blocks values, as ONNX Runtime requires: another
+    layout was read as broadcast garbage."""
+    if bits not in (2, 4, 8) or block_size < 16 or block_size & (block_size - 1):
+        raise ValueError(f"MatMulNBits bits={bits}, block_size={block_size}: bits must be 2, 4 "
+                         "or 8 and block_size a power of two >= 16")
+    n_blocks = -(-k // block_size)
+    want = n * n_blocks * block_size * bits // 8
+    got = int(np.prod(b.shape)) * np.dtype(str(b.dtype).split(".")[-1]).itemsize  # mx.uint8
+    if not b.shape or b.shape[0] != n or got != want:
+        raise ValueError(f"MatMulNBits B of shape {list(b.shape)} ({got} bytes) does not match "
+                         f"N={n}, K={k}, bits={bits}, block_size={block_size}: it must be "
+                         f"[{n}, {n_blocks}, {block_size * bits // 8}] bytes")
+    if int(np.prod(scales.shape)) != n * n_blocks:
+        raise ValueError(f"MatMulNBits scales of shape {list(scales.shape)} must hold N * "
+                         f"n_blocks = {n * n_blocks} values")
+
+
 @op("MatMulNBits", 1, domain=MS, weights={1: as_words, 3: as_float_zero_points},
     dequantizes=True)
 def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4,
@@ -187,6 +206,7 @@ def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K
     if not a.shape or a.shape[-1] != K:
         raise ValueError(f"MatMulNBits: input A has shape {list(a.shape)}, whose last axis "
                          f"must be K = {K}")
+    _check_nbits_weights(b, scales, k=K, n=N, bits=bits, block_size=block_size)
     y = native_nbits(xp, a, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
                      block_size=block_size)
     if y is None:
