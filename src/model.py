@@ -10,6 +10,7 @@ from .compile_cache import check_option
 from .errors import InputError, ModelLoadError, UnsupportedOperatorError
 from .graph import parse_graph, walk
 from .onnx_file import read_onnx, refuse_external_data
+from .ops.bounds import check_input
 from .trainable import merged, select
 from .validate import validate
 from .weights import WeightTable
@@ -204,9 +205,10 @@ def check_value(info, value):
         raise InputError(f"Input {info.name!r} has dtype {dtypes.name(dtype)}, but the graph "
                          f"declares {dtypes.name(info.dtype)}: convert it (e.g. "
                          f"np.asarray(x, dtype=np.{dtypes.name(info.dtype)}))")
+    shape = tuple(np.shape(value)) if not hasattr(value, "shape") else tuple(value.shape)
+    check_input(info.name, shape, dtype)
     if info.shape is None:
         return
-    shape = tuple(np.shape(value)) if not hasattr(value, "shape") else tuple(value.shape)
     if len(shape) != len(info.shape):
         raise InputError(f"Input {info.name!r} has rank {len(shape)} (shape {list(shape)}), but "
                          f"the graph declares rank {len(info.shape)} ({info!r})")

@@ -106,3 +106,30 @@ def test_a_host_loop_stops_at_the_bound(monkeypatch):
     monkeypatch.setenv("TRANSMUTER_MAX_LOOP_TRIPS", "1000")
     model = transmuter.load(counted_loop(50))  # within the bound: runs
     assert float(transmuter.run(model, {"x0": np.zeros(1, np.float32)})["x"][0]) == 50.0
+
+
+def _identity(dtype=T.INT64):
+    return make_model([helper.make_node("Identity", ["x"], ["y"])], [info("x", dtype, [2, None])],
+                      [info("y", dtype, [2, None])])
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_a_huge_zero_stride_input_is_refused_with_its_size(backend, mode):
+    """issue 14 (fuzz 20261201:655, :1854): a broadcast view of 2^31 columns costs nothing until
+    it is copied to the device, where it ran out of memory (MemoryError, RESOURCE_EXHAUSTED)."""
+    from transmuter.errors import InputError
+    model = transmuter.load(_identity(), backend=backend)
+    x = np.broadcast_to(np.int64(1), (2, BIG))
+    with pytest.raises(InputError, match=r"Input 'x' would be \[2, 1099511627776\] of int64: "
+                                         r"16,384.0 GiB, past the .* GiB.*smaller batch"):
+        transmuter.run(model, {"x": x}) if mode == "eager" else model(x=x)
+
+
+def test_mlx_refuses_an_axis_its_32_bit_shapes_cannot_hold(monkeypatch):
+    # within the size limit (raised here) but past MLX's int32 dims: its OverflowError before
+    from transmuter.errors import InputError
+    monkeypatch.setenv("TRANSMUTER_MAX_ARRAY_BYTES", str(2**45))
+    model = transmuter.load(_identity(T.BOOL), backend="mlx")
+    with pytest.raises(InputError, match=r"axis of 2\^31 or more.*backend='jax'"):
+        transmuter.run(model, {"x": np.broadcast_to(np.True_, (2, 2**31 + 1))})

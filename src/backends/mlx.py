@@ -24,6 +24,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import NotConcrete, common
+from ..errors import InputError
 
 _NP_TO_MX = {
     np.dtype(np.float32): mx.float32, np.dtype(np.float16): mx.float16,
@@ -59,6 +60,10 @@ def to_mx(value, dtype=None):
     if isinstance(value, mx.array):
         return value if dtype is None else value.astype(mx_dtype(dtype))
     a = np.asarray(value)
+    if any(d >= 2**31 for d in a.shape):
+        raise InputError(f"An array of shape {list(a.shape)} has an axis of 2^31 or more, "
+                         "which MLX arrays cannot hold (their shapes are 32-bit): split it, or "
+                         "use backend='jax'")
     if not a.flags.c_contiguous:  # MLX cannot take NumPy views with negative strides
         a = a.copy()
     target = mx_dtype(dtype if dtype is not None else a.dtype)

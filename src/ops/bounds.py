@@ -16,6 +16,8 @@ import os
 
 import numpy as np
 
+from ..errors import InputError
+
 
 @dataclasses.dataclass(frozen=True)
 class Along:
@@ -89,3 +91,13 @@ def check_allocation(shape, dtype, what="the output"):
                        f"{dtype.name}: {size / 2**30:,.1f} GiB, past the "
                        f"{limit / 2**30:,.1f} GiB an array may take (the machine's memory; "
                        "TRANSMUTER_MAX_ARRAY_BYTES moves the limit)")
+
+
+def check_input(name, shape, dtype):
+    """Raise InputError when input ``name`` would pass max_array_bytes() once copied to the
+    device: a zero-stride view (np.broadcast_to) of 2^31 rows costs nothing on the host, and
+    its copy ran out of memory (MemoryError, RESOURCE_EXHAUSTED) instead of naming it."""
+    try:
+        check_allocation(shape, dtype, what=f"Input {name!r}")
+    except TooLarge as e:
+        raise InputError(f"{e}: give a smaller batch or sequence") from None

@@ -45,13 +45,6 @@ KNOWN = {
         "two flipped bytes give a merged decoder whose If branch onnxruntime refuses at run "
         "time and we run (20261201:6604); not localized",
     # Call-time inputs.
-    "inputs/huge-dim * | foreign MemoryError *":
-        "an input of 2**31 rows (a zero-stride view) is copied: MemoryError in "
-        "backends/mlx.py to_mx instead of an InputError giving the size",
-    "inputs/huge-dim * | foreign JaxRuntimeError *":
-        "the same on JAX: RESOURCE_EXHAUSTED from device_put in backends/jax.py asarray",
-    "inputs/huge-dim mlx * | foreign OverflowError @ src/backends/mlx.py to_mx":
-        "a dim of 2**31 + 1: MLX's OverflowError (32-bit shapes) in backends/mlx.py to_mx",
     # Repo files of pipelines.
     "repo/* | foreign OverflowError @ src/preprocess/tokenizer.py _set_truncation":
         "model_max_length negative: OverflowError from tokenizers' enable_truncation",
