@@ -32,6 +32,9 @@ from .fixtures import ROOT  # noqa: E402
 from .test_examples import example  # noqa: E402
 
 TEXT_MODEL = ROOT / "bert-sentence-transformers"
+# One padded length (the model's 24) for every text job and the single-process pipeline: each
+# actor compiles one length (a few row counts), not the default buckets' three.
+TEXT = dict(task="text-embedding", model=str(TEXT_MODEL), sequence_length=24)
 IMAGE_MODEL = ROOT / "vit"
 # The Ray job batches rows differently from the single-process run (other rows per batch, so
 # other padded row counts): the same graph on other padded shapes, ~1e-6 apart under XLA.
@@ -58,7 +61,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def embed():
-    return transmuter.pipeline("text-embedding", TEXT_MODEL)
+    return transmuter.pipeline("text-embedding", TEXT_MODEL, sequence_length=24)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +117,7 @@ def assert_embeddings(rows, paths, want):
 def test_text_job_equals_single_process(cluster, text_folder, embed, recorded):
     paths, texts = texts_of(text_folder)
     rows = run_job(ray.data.read_text(str(text_folder), include_paths=True), actors=2,
-                   task="text-embedding", model=str(TEXT_MODEL))
+                   **TEXT)
     want = np.stack(embed(texts))
     assert_embeddings(rows, paths, want)
     ours, st = want[:len(recorded[0])], recorded[1]
@@ -141,8 +144,8 @@ def test_killed_actor_is_retried(cluster, text_folder, embed, tmp_path):
     paths, texts = texts_of(text_folder)
     marker = tmp_path / "died"
     rows = run_job(ray.data.read_text(str(text_folder), include_paths=True), batch_size=32,
-                   predictor=DiesOnce, marker=str(marker), task="text-embedding",
-                   model=str(TEXT_MODEL), max_restarts=1, max_task_retries=1)
+                   predictor=DiesOnce, marker=str(marker), max_restarts=1, max_task_retries=1,
+                   **TEXT)
     assert marker.exists()  # an actor did die mid-job
     assert_embeddings(rows, paths, np.stack(embed(texts)))
 
@@ -180,7 +183,7 @@ def test_row_error_names_row_and_path(cluster, tmp_path):
     ds = ray.data.read_binary_files(paths, include_paths=True).map_batches(
         lambda b: {"path": b["path"], "text": np.array([x.decode() for x in b["bytes"]], object)})
     with pytest.raises(Exception, match=r"row 2 of the batch, path '[^']*doc2.txt'.*empty"):
-        run_job(ds, task="text-embedding", model=str(TEXT_MODEL))
+        run_job(ds, **TEXT)
 
 
 def test_error_column_with_pandas_batches(cluster, tmp_path, embed):
@@ -190,8 +193,7 @@ def test_error_column_with_pandas_batches(cluster, tmp_path, embed):
         lambda b: {"path": b["path"], "text": np.array([x.decode() for x in b["bytes"]], object)})
     out = ds.map_batches(TransmuterPredictor, batch_format="pandas", batch_size=4,
                          compute=ray.data.ActorPoolStrategy(size=1), **ACTOR,
-                         fn_constructor_kwargs=dict(task="text-embedding", model=str(TEXT_MODEL),
-                                                    on_error="column"))
+                         fn_constructor_kwargs=dict(**TEXT, on_error="column"))
     rows = sorted(out.take_all(), key=lambda r: r["path"])
     assert [r["path"] for r in rows] == paths
     assert [r["error"] is None for r in rows] == [True, True, False, True]
@@ -215,7 +217,7 @@ def test_missing_model_folder_reaches_the_driver(cluster, tmp_path):
 def test_missing_column_reaches_the_driver(cluster):
     ds = ray.data.from_items([{"body": "hello", "path": "a"}])
     with pytest.raises(Exception, match=r"no column 'text'.*columns are \['body', 'path'\]"):
-        run_job(ds, task="text-embedding", model=str(TEXT_MODEL))
+        run_job(ds, **TEXT)
 
 
 def test_example_embeds_folder_into_parquet(cluster, tmp_path, embed, recorded):
@@ -239,7 +241,7 @@ def test_example_embeds_folder_into_parquet(cluster, tmp_path, embed, recorded):
 
 @pytest.fixture(scope="module")
 def predictor():
-    return TransmuterPredictor("text-embedding", str(TEXT_MODEL))
+    return TransmuterPredictor(**TEXT)
 
 
 def test_numpy_and_pandas_batches(predictor, embed, recorded):
@@ -291,9 +293,9 @@ def test_batch_errors(predictor):
         predictor({"text": np.array(["fine", None], object), "path": np.array(["a.txt", "b.txt"])})
     with pytest.raises(PipelineError, match=r"'embedding' would overwrite.*prefix="):
         predictor({"text": np.array(["x"], object), "embedding": np.zeros(1)})
-    out = TransmuterPredictor("text-embedding", str(TEXT_MODEL), prefix="st_", on_error="column")(
+    out = TransmuterPredictor(**TEXT, prefix="st_", on_error="column")(
         {"text": np.array(["fine", "", "also fine"], object), "embedding": np.zeros(3)})
     assert out["st_error"][0] is None and "row 1" in out["st_error"][1]
     assert out["st_embedding"][1] is None and out["st_embedding"][0].shape == (32,)
     with pytest.raises(PipelineError, match="on_error must be one of"):
-        TransmuterPredictor("text-embedding", str(TEXT_MODEL), on_error="skip")
+        TransmuterPredictor(**TEXT, on_error="skip")

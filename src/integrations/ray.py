@@ -58,7 +58,7 @@ class TransmuterPredictor:
             self.pipeline = pipeline(task, model, **options)
         except TransmuterError as e:
             raise PipelineError(
-                f"Cannot build the {task!r} pipeline from {os.fspath(model)!r} on host "
+                f"Cannot build the {task!r} pipeline from {_name(model)!r} on host "
                 f"{socket.gethostname()} (process {os.getpid()}, working directory "
                 f"{os.getcwd()!r}): {e}\nA model folder must exist on every Ray node at an "
                 "absolute path; a Hub id needs the Hub (or its cache) on every node.") from None
@@ -124,6 +124,10 @@ class TransmuterPredictor:
         for i, out in zip(todo, outputs):
             results[i] = out
         return results, errors
+
+
+def _name(model):
+    return os.fspath(model) if isinstance(model, (str, os.PathLike)) else model
 
 
 def _plain(value):
