@@ -85,12 +85,17 @@ def save_pretrained(model, folder, params=None):
     (``onnx/model.onnx``), and copy the repo's other files beside it (config, tokenizer,
     processor, generation config: what ``transmuter.pipeline(task, folder)`` reads), so that
     pipeline and onnxruntime both load the result. Not copied: the repo's other ONNX graphs
-    and framework weights (``*.safetensors``, ``*.bin``). Returns the ONNX file's path."""
+    and the model's framework weights (``*.safetensors``, ``*.bin``), but those of the
+    sentence-transformers modules after it (``2_Dense/model.safetensors``: they did not train
+    and the pipeline runs them). Returns the ONNX file's path."""
     repo, file = _origin(model)
     folder = os.path.abspath(os.fspath(folder))
+    modules = _module_folders(repo)
     for rel in repo.files():
         name = posixpath.basename(rel)
-        if _SKIP.search(name) or name.startswith(".") or any(
+        skip = _SKIP.search(name) and not (rel.split("/")[0] in modules
+                                           and not name.endswith((".onnx", ".onnx_data")))
+        if skip or name.startswith(".") or any(
                 part.startswith(".") for part in rel.split("/")[:-1]):
             continue
         source, target = repo.file(rel), os.path.join(folder, *rel.split("/"))
@@ -99,6 +104,16 @@ def save_pretrained(model, folder, params=None):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(source, target)  # follows the Hub cache's symlinks to the bytes
     return save(model, os.path.join(folder, *file.split("/")), params)
+
+
+def _module_folders(repo):
+    """The folders of modules.json's sentence-transformers modules (not the model's own, "")."""
+    try:
+        modules = repo.json("modules.json", []) or []
+    except Exception:  # noqa: BLE001 - a broken modules.json is the pipeline's to report
+        return set()
+    return {str(m.get("path")).split("/")[0] for m in modules
+            if isinstance(m, dict) and m.get("path")}
 
 
 def _value(model, full, given, entry):

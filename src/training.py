@@ -173,8 +173,9 @@ def _check_pipeline(pipe):
     model = getattr(pipe, "model", None)
     if model is None or getattr(pipe, "featurizer", None) is None:
         raise InputError(f"training needs a transmuter pipeline, got {type(pipe).__name__}")
-    if getattr(pipe, "generates", False) or not hasattr(pipe.featurizer, "batch"):
-        raise InputError(f"training does not support {pipe.task} pipelines yet")
+    if getattr(pipe, "generates", False) or getattr(pipe, "scorer", None) is not None:
+        raise InputError(f"training does not support {pipe.task} pipelines over generating "
+                         "models (causal-LM rerankers, text generation) yet")
     if model.backend.name != "jax":
         raise InputError(f"training runs on the JAX backend (optax); this pipeline's model "
                          f"runs on {model.backend.name}: load it with backend='jax'")
@@ -202,6 +203,11 @@ def _columns(pipe, examples, pairs):
 
 
 def _item(pipe, example, index):
+    if pipe.task == "text-ranking":  # a (query, document) pair: one document to score
+        if not (isinstance(example, (tuple, list)) and len(example) == 2):
+            raise InputError(f"training example {index}: text-ranking trains on (query, "
+                             f"document) pairs, got {example!r:.80}")
+        example = {"query": example[0], "documents": [example[1]]}
     try:
         chunks = list(pipe.preprocess(example))
     except Exception as e:  # noqa: BLE001 - name the example, keep the pipeline's message

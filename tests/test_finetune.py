@@ -473,3 +473,59 @@ def test_embedding_loss_curves_equal_sentence_transformers(kind):
     # 1.2e-4 of those small values: hence the absolute floor of 1e-5. A wrong scale (20), a
     # padding row taken as a negative or a missed normalization moves the curve by > 1e-2.
     np.testing.assert_allclose(losses[:len(want)], want, rtol=1e-4, atol=1e-5)
+
+
+def test_training_ranking_pairs_and_refusals():
+    """A cross-encoder trains on (query, document) pairs with CrossEncoder's default
+    (binary cross-entropy over its one logit); wrong inputs get errors naming what to give."""
+    optax = pytest.importorskip("optax")
+    from transmuter import training
+
+    fixture = FIXTURES / "bert-cross-encoder"
+    rank = transmuter.pipeline("text-ranking", fixture, trainable=True, sequence_length=16)
+    pairs = [("where is paris", "Paris is in France."), ("where is paris", "Cats sleep.")]
+    data = training.batches(rank, pairs, [1.0, 0.0], batch_size=2)
+    batch = next(iter(data))
+    step = training.step(rank, optax.sgd(1e-2))  # a small plain step: the loss must fall
+    params, state, first = step(rank.model.trainable_params, step.init(
+        rank.model.trainable_params), batch)
+    # the loss of the untrained model, from the pipeline's own scores (sigmoid of the logit)
+    scores = [r[0]["score"] for r in rank([{"query": q, "documents": [d]} for q, d in pairs])]
+    want = -np.mean([np.log(scores[0]), np.log(1 - scores[1])])
+    assert float(first) == pytest.approx(want, rel=1e-5)  # float32 logits through log-sigmoid
+    _, _, second = step(params, state, batch)
+    assert float(second) < float(first)
+    with pytest.raises(transmuter.InputError, match=r"\(query, document\) pairs"):
+        training.batches(rank, ["just a query"], [1.0])
+
+    classify = transmuter.pipeline("text-classification", BERT, trainable=True)
+    with pytest.raises(transmuter.InputError, match="not the model's"):
+        training.batches(classify, ["a", "b"], ["positive", "sunny"])
+    with pytest.raises(transmuter.InputError, match="3 classes"):
+        training.batches(classify, ["a"], [3])
+    with pytest.raises(transmuter.InputError, match="2 examples and 1 labels"):
+        training.batches(classify, ["a", "b"], [0])
+    with pytest.raises(transmuter.InputError, match="give labels="):
+        training.batches(classify, ["a"])
+    with pytest.raises(transmuter.InputError, match="does not fit"):
+        training.loss(classify, "multiple-negatives-ranking")
+    with pytest.raises(transmuter.InputError, match="Unknown loss"):
+        training.loss(classify, "hinge")
+    frozen = transmuter.pipeline("text-classification", BERT)
+    with pytest.raises(transmuter.InputError, match="trainable=True"):
+        training.batches(frozen, ["a"], [0])
+
+
+def test_save_pretrained_keeps_sentence_transformers_module_weights(tmp_path):
+    """Dense modules' weights (2_Dense/model.safetensors, 3_Dense/pytorch_model.bin) are the
+    pipeline's to run: copied, so the saved folder embeds as the source does."""
+    source = FIXTURES / "bert-st-dense"
+    model = transmuter.load(source)
+    transmuter.save_pretrained(model, tmp_path / "saved")
+    for sub in ("2_Dense", "3_Dense"):
+        for f in (source / sub).iterdir():
+            assert (tmp_path / "saved" / sub / f.name).read_bytes() == f.read_bytes()
+    texts = ["Hello world!", "The cat sat on the mat."]
+    got = transmuter.pipeline("text-embedding", tmp_path / "saved")(texts)
+    want = transmuter.pipeline("text-embedding", source)(texts)
+    np.testing.assert_array_equal(np.array(got), np.array(want))  # the same weights and graph
