@@ -19,6 +19,7 @@ from .errors import InputError, StaticInputError
 from .model import check_value
 from .graph import node_reads, walk
 from .runner import NeedsHost, Runner, is_static
+from .sharding import batch_inputs
 
 
 RNG = "__transmuter_rng__"  # the name of the random key in a run's values
@@ -72,6 +73,7 @@ class CompiledFunction:
         # segment), so compiled draws differ between calls as eager ones do.
         self._random = any(node.opdef.random for node in walk(model.graph))
         self._dequantizes = any(node.opdef.dequantizes for node in walk(model.graph))
+        self._batched = batch_inputs(model)  # inputs split over model.placement's devices
 
     def _without_static(self, inputs):
         """``inputs`` less those fixed by static_inputs, which may come again only unchanged (a
@@ -114,8 +116,11 @@ class CompiledFunction:
             env.update(params)
             env.update(self.static_inputs)
             direct = self._direct_inputs(inputs)
-            env.update({k: v if k in direct else self._runner.to_device(v)
-                        for k, v in inputs.items()})
+            if model.placement is not None:  # several devices: rows split over them
+                env.update(model.placement.put_inputs(inputs, self._batched))
+            else:
+                env.update({k: v if k in direct else self._runner.to_device(v)
+                            for k, v in inputs.items()})
             data = {k for k in inputs if self._lacked(env[k])}
             if self._random:
                 seed = next(_CALLS) if rng_seed is None else _seed(rng_seed)
@@ -136,7 +141,8 @@ class CompiledFunction:
         the device itself, faster than an array made first (~0.3 ms each on a 2-core CPU).
         They stay arguments (never folded into the trace); a break sends them to the device
         first, so eager nodes see the arrays they always see."""
-        if not getattr(self.model.backend, "takes_host_arrays", False):
+        if not getattr(self.model.backend, "takes_host_arrays", False) or \
+                self.model.placement is not None:  # placed inputs are device arrays already
             return frozenset()
         return frozenset(k for k, v in inputs.items() if isinstance(v, np.ndarray)
                          and v.dtype != object and k not in self.donate)

@@ -11,6 +11,7 @@ from .errors import InputError, ModelLoadError, UnsupportedOperatorError
 from .graph import parse_graph, walk
 from .onnx_file import read_onnx, refuse_external_data
 from .ops.bounds import check_input
+from .sharding import placement
 from .trainable import merged, select
 from .validate import validate
 from .weights import WeightTable
@@ -54,13 +55,14 @@ class Model:
     """A loaded ONNX model. Call it like the model it was exported from: ``model(**inputs)``."""
 
     def __init__(self, proto: onnx.ModelProto, backend="jax", compute_type=None, trainable=False,
-                 checks=True, compile_cache=None, external=None, origin=None):
+                 checks=True, compile_cache=None, external=None, origin=None, devices=None):
         """``external``: where the source kept external data (read_proto's record); ``origin``:
         (repo or None, the file's path in it or on disk), for save_pretrained."""
         validate(proto)
         self.weights = WeightTable(proto, external)  # the proto itself is not kept
         self.origin = origin
         self.backend = backends.get(backend)
+        self.placement = placement(devices, self.backend)  # sharding.py; None: one device
         self.opsets = {("" if d.domain == "ai.onnx" else d.domain): d.version
                        for d in proto.opset_import}
         try:
@@ -85,10 +87,11 @@ class Model:
         self.compile_cache = check_option(compile_cache)  # read at the first compile
         self._input_indices = None  # index_checks.InputIndices, found on first use
         self.constants, self.params = {}, {}
+        put = self.backend.put_weight if self.placement is None else self.placement.put_weight
         with self.backend.scope():
             for name, value in self.graph.initializers.items():
                 if name in self.trainable or _is_param(value):
-                    self.params[name] = self.backend.put_weight(value)
+                    self.params[name] = put(value)
                 else:
                     self.constants[name] = value
         self.graph.initializers = {}
@@ -289,7 +292,7 @@ def _torch_to_numpy(value):
 
 def load(source, file=None, *, backend="jax", compute_type=None, trainable=False, revision=None,
          cache_dir=None, local_files_only=False, token=None, variant=None, checks=True,
-         compile_cache=None) -> Model:
+         compile_cache=None, devices=None) -> Model:
     """Load an ONNX model.
 
     ``source`` is a path to an .onnx file, its bytes, an ``onnx.ModelProto``, or a repo: a Hub id
@@ -315,6 +318,10 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
     ``compile_cache`` (JAX): where compiled shapes are kept for the next process. None (the
     default) reads TRANSMUTER_COMPILE_CACHE, else ``~/.cache/transmuter/jax``; a folder puts
     them there; False writes none (docs/compile-cache.md).
+
+    ``devices`` (JAX): a list of jax devices (``jax.devices()``) or a ``jax.sharding.Mesh``:
+    the weights are replicated on each, and every call splits its inputs' batch axis over them
+    (sharding.py, docs/scaling.md); one device, or None, is the usual single-device path.
     """
     from . import hub
 
@@ -332,12 +339,13 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
         origin = (None, os.fspath(source))
     return Model(read_proto(source, external), backend=backend, compute_type=compute_type,
                  trainable=trainable, checks=checks, compile_cache=compile_cache,
-                 external=external, origin=origin)
+                 external=external, origin=origin, devices=devices)
 
 
 def load_beside(model, repo, file):
     """Another graph of ``model``'s repo (an encoder, a text half, a vocoder) on the same backend,
-    compute type, ``checks`` and ``compile_cache``: a pipeline's side models take the options of
-    its main one."""
+    compute type, ``checks``, ``compile_cache`` and devices: a pipeline's side models take the
+    options of its main one."""
     return load(repo, file, backend=model.backend.name, compute_type=model.compute_type,
-                checks=model.checks, compile_cache=model.compile_cache)
+                checks=model.checks, compile_cache=model.compile_cache,
+                devices=None if model.placement is None else model.placement.mesh)

@@ -19,6 +19,7 @@ import itertools
 import numpy as np
 
 from ..errors import TransmuterError
+from ..sharding import row_multiple
 from . import buckets
 
 
@@ -169,8 +170,10 @@ class Pipeline:
         return [dict(chunk, **{k: v[i] for k, v in out.items()}) for i, chunk in enumerate(chunks)]
 
     def _rows(self, n):
-        """Rows of a batch of ``n`` chunks: a power of two, at most the batch size."""
-        return buckets.pow2(n, getattr(self, "_rows_cap", self.batch_size))
+        """Rows of a batch of ``n`` chunks: a power of two, at most the batch size, rounded up to
+        a multiple of the model's devices (devices=: each gets an equal share of the rows)."""
+        rows = buckets.pow2(n, getattr(self, "_rows_cap", self.batch_size))
+        return buckets.multiple(rows, row_multiple(self.model))
 
     def _feed(self, chunks):
         items = [c[self.featurizer.key] for c in chunks]

@@ -8,8 +8,8 @@ from .base import PipelineError
 def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_extractor=None,
              config=None,
              backend="jax", compute_type=None, variant=None, revision=None, cache_dir=None,
-             local_files_only=False, token=None, checks=True, compile_cache=None, trainable=False,
-             **options):
+             local_files_only=False, token=None, checks=True, compile_cache=None, devices=None,
+             trainable=False, **options):
     """A ``Pipeline`` for ``task`` (transformers' names and aliases, plus ``text-embedding``,
     ``text-ranking``).
 
@@ -25,7 +25,9 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     out-of-range ids at each call (``checks=False`` skips both; a model loaded by hand keeps its
     own ``load(checks=)``); ``trainable`` too (the weights ``transmuter.training`` trains);
     ``compile_cache`` too (a folder, or False: JAX's persistent
-    compilation cache, docs/compile-cache.md). Other options
+    compilation cache, docs/compile-cache.md); ``devices`` too (JAX: ``jax.devices()`` or a
+    ``jax.sharding.Mesh``; each batch of ``batch_size`` rows is split over them, docs/scaling.md;
+    a model loaded by hand takes its own ``load(devices=)``). Other options
     (``batch_size``, ``sequence_length``, ``progress`` and the task's own, e.g. ``top_k``) go to
     the pipeline.
     """
@@ -40,6 +42,10 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
                  token=token)
     repo = None
     if isinstance(model, Model):
+        if devices is not None:
+            raise PipelineError("devices= applies when the pipeline loads the model; a "
+                                "transmuter.Model takes them at load: "
+                                "transmuter.load(..., devices=...)")
         if isinstance(config, (str, hub.Repo)) or hasattr(config, "__fspath__"):
             repo = hub.resolve(config, **where)
     else:
@@ -48,7 +54,7 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
         component = cls.onnx_component(repo) if hasattr(cls, "onnx_component") else "model"
         model = load(repo.onnx_file(component, variant), backend=backend,
                      compute_type=compute_type, checks=checks, compile_cache=compile_cache,
-                     trainable=trainable)
+                     devices=devices, trainable=trainable)
     if repo is not None and not isinstance(config, dict):
         config = repo.config()
     if config is None:
