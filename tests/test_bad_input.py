@@ -118,6 +118,20 @@ REPO_FILES = [  # (fixture, file, edit, the error's type name, its message)
      "tokenizer.json cannot be read"),
     ("vit", "preprocessor_config.json", lambda t: "[]", "HubError",
      "preprocessor_config.json holds a JSON list"),
+    # issue 14 (fuzz 20261201:192, :62, :1176 and kin): TypeError / OverflowError from Pillow,
+    # NaN scores from a null std; transformers fails or gives NaN alike: we name the field
+    ("vit", "preprocessor_config.json", _with(size={"height": 32, "width": float("inf")}),
+     "InputError", r"'size.width' is inf, where an image processor takes a whole number"),
+    ("vit", "preprocessor_config.json", _with(size={"height": 10**30, "width": 32}),
+     "InputError", r"'size.height' is 1000000000000000000000000000000"),
+    ("vit", "preprocessor_config.json", _with(image_processor_type=1.5), "InputError",
+     r"'image_processor_type' is 1.5, where an image processor takes a class name"),
+    ("vit", "preprocessor_config.json", _with(image_std=[0.5, None, 0.5]), "InputError",
+     r"'image_std' is \[0.5, None, 0.5\].*finite numbers, none of them 0"),
+    ("vit", "preprocessor_config.json", _with(image_mean=""), "InputError",
+     r"'image_mean' is ''"),
+    ("vit", "preprocessor_config.json", _with(rescale_factor=float("inf")), "InputError",
+     r"'rescale_factor' is inf, where an image processor takes a finite number"),
 ]
 
 

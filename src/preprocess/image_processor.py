@@ -18,6 +18,7 @@ slow one's; a Fast type of a family without one is refused with a hint at the sl
 """
 
 import inspect
+import math
 
 import numpy as np
 import PIL.Image
@@ -55,6 +56,51 @@ def processor_type(config):
     return name.replace("FeatureExtractor", "ImageProcessor")
 
 
+MAX_SIDE = 1 << 16  # pixels: past it a resize is a memory bomb, not an image size
+
+
+def check_fields(config):
+    """Raise InputError naming the preprocessor_config.json field whose type or value no image
+    processor takes (a size of inf or 10^30, a mean of '', a null std): they escaped as
+    TypeError / OverflowError from Pillow and NumPy, or gave NaN scores."""
+    if not isinstance(config, dict):
+        raise InputError(f"preprocessor_config.json holds a {type(config).__name__}, not an "
+                         "object of settings: fix or re-download the file")
+    for key in ("image_processor_type", "feature_extractor_type"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            _bad(key, config[key], "a class name (a string)")
+    for key in ("size", "crop_size", "pad_size"):
+        value = config.get(key)
+        items = (value.items() if isinstance(value, dict) else
+                 enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)])
+        for sub, side in items:
+            name = key if sub is None else f"{key}.{sub}"
+            if side is not None and (isinstance(side, bool) or not isinstance(side, int)
+                                     or not 0 < side <= MAX_SIDE):
+                _bad(name, side, f"a whole number of pixels in [1, {MAX_SIDE}]")
+    for key in ("image_mean", "image_std"):
+        value = config.get(key)
+        if value is None:
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if not values or not all(_finite(v) and (key == "image_mean" or v != 0)
+                                 for v in values):
+            _bad(key, value, "a number or a list of finite numbers" +
+                 (", none of them 0" if key == "image_std" else ""))
+    if config.get("rescale_factor") is not None and not _finite(config["rescale_factor"]):
+        _bad("rescale_factor", config["rescale_factor"], "a finite number (1/255)")
+
+
+def _finite(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _bad(name, value, takes):
+    shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
+    raise InputError(f"preprocessor_config.json: {name!r} is {shown}, where an image processor "
+                     f"takes {takes}: fix the file")
+
+
 def supported():
     return sorted(_REGISTRY)
 
@@ -71,6 +117,7 @@ class ImageProcessor:
     def from_config(config):
         from . import image_families  # noqa: F401  (registers the families)
 
+        check_fields(config)
         name = processor_type(config)
         cls = _REGISTRY.get(name)
         if cls is None:

@@ -48,8 +48,6 @@ KNOWN = {
     # Repo files of pipelines.
     "repo/* | foreign OverflowError @ src/preprocess/tokenizer.py _set_truncation":
         "model_max_length negative: OverflowError from tokenizers' enable_truncation",
-    "repo/* | foreign OverflowError @ src/preprocess/image_transforms.py resize":
-        "size.height 2**31: OverflowError from PIL's resize",
     "repo/list-for-dict * | foreign AttributeError @ src/variants.py choose_variant":
         "config.json a list: AttributeError in variants.choose_variant",
     "repo/* | foreign AttributeError @ src/preprocess/tokenizer.py repo_config":
@@ -59,13 +57,6 @@ KNOWN = {
         "added_tokens_decoder entries not dicts: AttributeError in tokenizer._special_ids",
     "repo/* | foreign TypeError @ src/preprocess/tokenizer.py __init__":
         "a special token (pad_token) given as a list: TypeError in Tokenizer.__init__",
-    "repo/* | foreign AttributeError @ src/preprocess/image_processor.py processor_type":
-        "preprocessor_config.json a list: AttributeError in image_processor.processor_type",
-    "repo/* | foreign *Error @ src/preprocess/image_transforms.py *":
-        "image_mean/image_std/size/rescale_factor of the wrong type ('', [1, 2], [], {}): "
-        "TypeError or ValueError in image_transforms (normalize, resize, rescale)",
-    "repo/* | foreign OverflowError @ src/preprocess/image_sizes.py shortest_edge_size":
-        "size.shortest_edge = inf: OverflowError in image_sizes.shortest_edge_size",
     "repo/* gpt2/pipeline | foreign *Error @ src/generation/*":
         "generation_config.json pad_token_id / eos_token_id huge (1e30, 2**63), a float, a "
         "list or []: OverflowError, TypeError, ValueError or IndexError in generation/ "
@@ -74,11 +65,6 @@ KNOWN = {
         "a special token holding a lone surrogate: UnicodeEncodeError in Tokenizer.__init__",
     "repo/* | foreign TypeError @ src/pipelines/text/base.py _max_length":
         "config.json model_type a dict: TypeError (unhashable) in text/base.py _max_length",
-    "repo/huge-value * vit/pipeline | different answer":
-        "rescale_factor = inf: NaN scores, no error (transformers gives NaN too; refusing a "
-        "non-finite setting would be clearer)",
-    "repo/wrong-type * clip/pipeline | different answer":
-        "image_std with a null entry: NaN scores, no error",
 }
 
 
