@@ -203,3 +203,16 @@ def test_pixel_values_the_patch_conv_cannot_take_are_refused(backend, shape, ort
         ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feed)
     with pytest.raises(OpError, match=match):
         transmuter.run(transmuter.load(path, backend=backend), feed)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("eos_token_id", 2**63), ("eos_token_id", 1e30), ("eos_token_id", [3, 1.5]),
+    ("pad_token_id", 2**63), ("pad_token_id", 1.5), ("pad_token_id", []),
+    ("pad_token_id", [0, 1]), ("bos_token_id", -1)])
+def test_generation_config_token_ids_are_checked(field, value):
+    """issue 14 (fuzz 20261201:1320): ids past int64, floats and lists in generation_config.json
+    escaped as OverflowError / TypeError / IndexError from the generation loop."""
+    from transmuter.generation import GenerationConfig
+    with pytest.raises(InputError, match=rf"{field} must be (a token id|token ids) \(ints in "
+                                         r"\[0, 2147483647\]\).*generation_config.json"):
+        GenerationConfig.from_dicts({field: value})

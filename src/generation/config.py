@@ -78,6 +78,12 @@ class GenerationConfig:
 
     def validate(self):
         self.eos_token_id = _id_list(self.eos_token_id, "eos_token_id")
+        for name in ("bos_token_id", "pad_token_id", "decoder_start_token_id",
+                     "forced_bos_token_id"):
+            if getattr(self, name) is not None:
+                _id_list(getattr(self, name), name, one=True)
+        if self.forced_eos_token_id is not None:
+            _id_list(self.forced_eos_token_id, "forced_eos_token_id")
         _positive_int(self.max_length, "max_length")
         if self.max_new_tokens is not None:
             _positive_int(self.max_new_tokens, "max_new_tokens")
@@ -162,10 +168,20 @@ def _nonneg_int(x, name):
         raise InputError(f"{name} must be an int >= 0, got {x!r}")
 
 
-def _id_list(ids, name):
+# Past it an id is no row of any vocabulary and overflows the int32 / int64 arrays it goes in
+MAX_TOKEN_ID = 2**31 - 1
+
+
+def _id_list(ids, name, one=False):
+    """``ids`` (an id or a list of ids) as a list; InputError naming ``name`` unless each is
+    an int in [0, MAX_TOKEN_ID] (``one``: a single id, no list)."""
     if ids is None:
         return []
-    ids = [ids] if isinstance(ids, int) else list(ids)
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise InputError(f"{name} must be token ids (ints >= 0), got {ids!r}")
+    given = ids
+    ids = list(ids) if isinstance(ids, (list, tuple)) and not one else [ids]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_TOKEN_ID
+               for i in ids):
+        what = "a token id" if one else "token ids"
+        raise InputError(f"{name} must be {what} (ints in [0, {MAX_TOKEN_ID}]), got {given!r}: "
+                         "fix generation_config.json (or config.json), or pass it as an option")
     return ids

@@ -57,10 +57,6 @@ KNOWN = {
         "added_tokens_decoder entries not dicts: AttributeError in tokenizer._special_ids",
     "repo/* | foreign TypeError @ src/preprocess/tokenizer.py __init__":
         "a special token (pad_token) given as a list: TypeError in Tokenizer.__init__",
-    "repo/* gpt2/pipeline | foreign *Error @ src/generation/*":
-        "generation_config.json pad_token_id / eos_token_id huge (1e30, 2**63), a float, a "
-        "list or []: OverflowError, TypeError, ValueError or IndexError in generation/ "
-        "(loop.py _run, stopping.py finished, config.py _id_list)",
     "repo/* | foreign UnicodeEncodeError @ src/preprocess/tokenizer.py __init__":
         "a special token holding a lone surrogate: UnicodeEncodeError in Tokenizer.__init__",
     "repo/* | foreign TypeError @ src/pipelines/text/base.py _max_length":
