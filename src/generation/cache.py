@@ -17,7 +17,9 @@ step shares one compiled shape (steppers.FixedCache); ``grow`` cannot (steppers.
   encoder-decoder decoder): positions come from the past length, which a buffer would shift, so the
   past holds only real rows and grows each step (steppers.GrowingCache). Encoder-decoder graphs
   also take cross-attention pasts (``cross_pairs``: their length axis is the encoder's), computed
-  on the first call and kept.
+  on the first call and kept. GroupQueryAttention graphs whose ``seqlens_k`` counts the valid
+  rows from the attention mask's *length* (its Shape, not its row sums: Gemma 3 exports of this
+  kind) cannot mask a buffer's free rows either: they grow too, the op's present being past + new.
 """
 
 import dataclasses
@@ -74,8 +76,9 @@ class CacheLayout:
         if mode not in (None, "grow"):
             raise InputError(f"cache mode must be None (read from the graph) or 'grow', got "
                              f"{mode!r}")
-        grow = mode == "grow" or cross or not (gqa or "position_ids" in inputs)
-        if grow and gqa:
+        by_length = gqa and _seqlens_from_mask_length(model.graph)
+        grow = mode == "grow" or cross or by_length or not (gqa or "position_ids" in inputs)
+        if grow and gqa and not by_length:
             raise InputError("A GroupQueryAttention decoder writes its cache in place; it cannot "
                              "run with a growing cache")
         first = dict(static)
@@ -98,6 +101,32 @@ class CacheLayout:
                     shape[axis] = _dim_from_config(model_config, axis, info)
             caches[info.name] = np.zeros(shape, info.dtype)
         return caches
+
+
+def _seqlens_from_mask_length(graph):
+    """Whether the GroupQueryAttention ops' ``seqlens_k`` (input 5) reads attention_mask only
+    through Shape: the valid rows are the mask's length, every row full."""
+    producer = {out: node for node in graph.nodes for out in node.outputs}
+    seen, stack, reached = set(), [], False
+    for node in graph.nodes:
+        if node.op_type == "GroupQueryAttention" and len(node.inputs) > 5 and node.inputs[5]:
+            stack.append(node.inputs[5])
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is None:
+            continue
+        for source in node.inputs:
+            if source == "attention_mask":
+                if node.op_type != "Shape":
+                    return False  # the mask's values (row sums) count the rows
+                reached = True
+            elif source:
+                stack.append(source)
+    return reached
 
 
 def _present_name(past, outputs):
