@@ -529,3 +529,35 @@ def test_save_pretrained_keeps_sentence_transformers_module_weights(tmp_path):
     got = transmuter.pipeline("text-embedding", tmp_path / "saved")(texts)
     want = transmuter.pipeline("text-embedding", source)(texts)
     np.testing.assert_array_equal(np.array(got), np.array(want))  # the same weights and graph
+
+
+def _example(name):
+    import importlib.util
+    path = FIXTURES.parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # two short trainings, each compiling its step: ~1 min
+@pytest.mark.parametrize("name,fixture,task", [
+    ("finetune_embeddings", "bert-sentence-transformers", "text-embedding"),
+    ("finetune_cross_encoder", "bert-cross-encoder", "text-ranking")])
+def test_finetune_examples_save_what_onnxruntime_runs(tmp_path, capsys, name, fixture, task):
+    """examples/finetune_*.py end to end on a fixture; the saved file's outputs are
+    onnxruntime's, and differ from the source's (the weights trained)."""
+    pytest.importorskip("optax")
+    module = _example(name)
+    module.main([str(FIXTURES / fixture), "--out", str(tmp_path / "tuned"), "--epochs", "2",
+                 "--batch-size", "4", "--learning-rate", "1e-3"])
+    assert "epoch 2: loss" in capsys.readouterr().out
+    saved = tmp_path / "tuned" / "onnx" / "model.onnx"
+    feed = _feed(fixture, "model.npz")
+    got = transmuter.load(saved)(**feed)
+    ort_out = _ort(saved, feed)
+    before = _ort(FIXTURES / fixture / "onnx" / "model.onnx", feed)
+    for key, want in ort_out.items():
+        np.testing.assert_allclose(np.asarray(got[key]), want, atol=ORT_ATOL, rtol=0)
+    key = next(iter(ort_out))
+    assert np.abs(ort_out[key] - before[key]).max() > 1e-4  # the weights did move
