@@ -1,7 +1,7 @@
 """Embed every .txt file of a folder (recursively) into Parquet with Ray Data.
 
     pip install -e ".[ray]"
-    python examples/ray_embed_folder.py DOCS/ MODEL out/ [--concurrency 2] [--batch-size 64]
+    python examples/ray_embed_folder.py DOCS/ MODEL out/ [--concurrency 2] [--batch-size 1024]
 
 Writes Parquet files under ``out/``, one row per non-empty file: ``path`` (absolute),
 ``embedding`` (float32, the model's width) and ``error`` (None, or why that file failed: it is
@@ -36,7 +36,7 @@ def model_argument(model):
     return str(pathlib.Path(model).resolve()) if os.path.isdir(model) else model
 
 
-def embed_folder(folder, model, out, concurrency=2, batch_size=64, cpus_per_actor=1.0):
+def embed_folder(folder, model, out, concurrency=2, batch_size=1024, cpus_per_actor=1.0):
     """Embed the .txt files under ``folder`` into Parquet under ``out``; returns the number of
     rows written and of rows whose ``error`` is set."""
     import pyarrow.parquet
@@ -69,7 +69,8 @@ def main(argv=None):
     parser.add_argument("--concurrency", type=int, default=2, help="actors (default 2)")
     parser.add_argument("--cpus-per-actor", type=float, default=1.0,
                         help="Ray CPUs each actor holds (default 1; leave some for reading)")
-    parser.add_argument("--batch-size", type=int, default=64, help="rows per batch (default 64)")
+    parser.add_argument("--batch-size", type=int, default=1024,
+                        help="rows per call of an actor, sorted by length inside (default 1024)")
     args = parser.parse_args(argv)
     rows, failed = embed_folder(args.folder, args.model, args.out, args.concurrency,
                                 args.batch_size, args.cpus_per_actor)

@@ -7,7 +7,7 @@
     ds = ds.map_batches(TransmuterPredictor,
                         fn_constructor_kwargs=dict(task="text-embedding", model="/models/minilm"),
                         compute=ray.data.ActorPoolStrategy(size=2),  # or concurrency=2
-                        batch_size=64)                                # + num_gpus=1 per actor
+                        batch_size=1024)                              # + num_gpus=1 per actor
     ds.write_parquet("out/")                                       # + column "embedding"
 
 Ray constructs the class once per actor: the pipeline is built and each padded shape compiles
