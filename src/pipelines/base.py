@@ -181,15 +181,16 @@ class Pipeline:
         return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
 
     def _run_model(self, feed, model=None, rng_seed=None):
-        """The graph's outputs (NumPy) for ``feed``; the first call compiles (transmuter.compile),
+        """The graph's outputs (NumPy) for ``feed``; the first call compiles (compiled.py),
         later ones reuse the compiled function, which compiles each new padded shape once. The
         function lives on the model (``model.shared``), so pipelines over one model share it and
         it dies with the model."""
-        from .. import compile as compile_model
+        from ..compiled import CompiledFunction
         model = self.model if model is None else model
         fn = model.shared.get("compiled")
         if fn is None:
-            fn = model.shared["compiled"] = compile_model(model, feed, cache_size=self.cache_size)
+            # made empty, not by transmuter.compile, which would run this batch once more
+            fn = model.shared["compiled"] = CompiledFunction(model, cache_size=self.cache_size)
         return {k: np.asarray(v) for k, v in fn(feed, rng_seed=rng_seed).items()}
 
     def output(self, outputs, *names):
