@@ -272,6 +272,12 @@ def test_bad_options_and_generating_tasks_are_refused(pipes):
     assert whisper.generates  # through its ASR head's generator
     ctc = transmuter.pipeline("automatic-speech-recognition", ROOT / "wav2vec2")
     assert not ctc.generates
+    # label sets by position would go to whichever inputs share a batch: refused (no model
+    # call is made, so the pipeline is never run)
+    gliner = transmuter.pipeline("zero-shot-entity-recognition", ROOT / "gliner-span")
+    with pytest.raises(PipelineError, match="its own as"):
+        gliner.serve(labels=[["person"], ["city"]])
+    gliner.serve(labels=["person", "city"]).close()  # one label set for every call: fine
 
 
 # --- examples/serve.py -----------------------------------------------------------------------

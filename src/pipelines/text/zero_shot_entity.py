@@ -85,6 +85,14 @@ class ZeroShotEntityRecognitionPipeline(TextPipeline):
     def _input_kind(self):
         return "a string or a {'text': ..., 'labels': [...]} dict"
 
+    def serve(self, max_batch_size=None, batch_timeout_ms=5, **call_options):
+        # a batch's inputs come from different callers: label sets by position would go to
+        # whichever inputs share a batch
+        if _per_input(call_options.get("labels")):
+            raise PipelineError("serve(labels=) takes one label set for every call; give each "
+                                "call its own as {'text': ..., 'labels': [...]}")
+        return super().serve(max_batch_size, batch_timeout_ms, **call_options)
+
     # --- preprocess ----------------------------------------------------------------------------
 
     def preprocess(self, item, labels=None):
