@@ -315,6 +315,12 @@ class Lengths:
     known: object
     inputs: frozenset  # the graph inputs the chain reads
 
+    @property
+    def masks(self):
+        """The inputs the chain sums (an attention_mask): their values must be 0 or 1."""
+        return {n for node in self.chain if node.op_type == "ReduceSum"
+                for n in node.inputs[:1] if n in self.inputs}
+
     def check(self, inputs):
         from .ops.contrib.group_query_attention import check_seqlens
 
@@ -324,6 +330,14 @@ class Lengths:
                 env[name] = np.asarray(inputs[name])
             except Exception:  # noqa: BLE001 - missing or traced: the call reports it
                 return
+        for name in self.masks:
+            mask = env[name]
+            if mask.size and mask.dtype.kind in "iu" and (mask.min() < 0 or mask.max() > 1):
+                # its row sums are the lengths: 2^62 wraps past int32 to a valid-looking one
+                at = [int(i) for i in np.argwhere((mask < 0) | (mask > 1))[0]]
+                raise InputError(f"Input {name!r} holds {int(mask[tuple(at)])} at {at}: an "
+                                 f"attention mask holds 0s and 1s ({self.node.label} reads its "
+                                 "row sums as lengths; load(..., checks=False) skips this check)")
         try:
             for node in self.chain:
                 args = [env[n] if n in env else self.known.value(n) for n in node.inputs]

@@ -48,7 +48,11 @@ def _check_nodes(graph, opsets):
             _check_counts(node, schema)
             for attr in node.attribute:
                 want = schema.attributes.get(attr.name)
-                if want is not None and not attr.ref_attr_name and attr.type != want.type:
+                if want is None:  # onnx.checker and ONNX Runtime refuse it too
+                    raise ModelLoadError(f"{_label(node)} has attribute {attr.name!r}, which "
+                                         f"{node.op_type} of opset {schema.since_version} does "
+                                         "not define (an export for another opset?)")
+                if not attr.ref_attr_name and attr.type != want.type:
                     raise ModelLoadError(
                         f"{_label(node)}: attribute {attr.name!r} is {_attr_type(attr.type)}, "
                         f"where {node.op_type} takes {_attr_type(want.type)} (re-export the "

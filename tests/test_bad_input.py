@@ -181,7 +181,7 @@ def test_an_attention_mask_past_the_kv_buffer_is_refused(backend, mask):
         ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feed)
     model = transmuter.load(path, backend=backend)
     with pytest.raises(InputError, match=r"seqlens_k\[\d\] = -?\d+ is out of range.*"
-                                         r"'attention_mask'"):
+                                         r"'attention_mask'|an attention mask holds 0s and 1s"):
         model(**feed)
     assert "logits" in model(**{**feed, "attention_mask": np.ones_like(mask)})
 
@@ -216,3 +216,17 @@ def test_generation_config_token_ids_are_checked(field, value):
     with pytest.raises(InputError, match=rf"{field} must be (a token id|token ids) \(ints in "
                                          r"\[0, 2147483647\]\).*generation_config.json"):
         GenerationConfig.from_dicts({field: value})
+
+
+@pytest.mark.parametrize("value", [2**62, -2**63, 2])
+def test_an_attention_mask_of_other_values_than_0_and_1_is_refused(value):
+    """fuzz 1412:1174: a 2^62 in the mask wrapped past int32 in its row sum to a length that
+    looked valid; onnxruntime refused (seqlens_k = -1) and we answered."""
+    path = str(ROOT / "llama-gqa" / "onnx" / "model.onnx")
+    mask = np.array([[1, value, 1]], np.int64)
+    feed = {"input_ids": np.ones(mask.shape, np.int64), "attention_mask": mask}
+    feed.update({f"past_key_values.{i}.{kv}": np.zeros((1, 2, 0, 16), np.float32)
+                 for i in range(2) for kv in ("key", "value")})
+    with pytest.raises(InputError, match=rf"'attention_mask' holds {value} at \[0, 1\]: an "
+                                         "attention mask holds 0s and 1s"):
+        transmuter.run(transmuter.load(path), feed)

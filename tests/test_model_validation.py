@@ -102,6 +102,10 @@ CASES = {
     "Transpose perm a float": (
         lambda: one_node("Transpose", ["x"], perm=1.5), "attribute 'perm' is FLOAT.*INTS"),
     # input counts against the schema (a mutation dropped one)
+    "an attribute its opset does not define": (  # fuzz 1412:1508: opset 18 -> 13
+        lambda: make_model([helper.make_node("Reshape", ["x", "s"], ["z"], allowzero=0)], [X],
+                           [info("z", T.FLOAT, [2])], {"s": np.array([2], np.int64)}, opset=13),
+        "has attribute 'allowzero', which Reshape of opset 13 does not define"),
     "Where with two inputs": (
         lambda: one_node("Where", ["c", "x"]), "has 2 inputs, where Where.*takes 3"),
     "Equal with one input": (
