@@ -10,6 +10,14 @@
             params, state, loss = step(params, state, batch)
     transmuter.save_pretrained(pipe.model, "tuned/", params=params)
 
+Low-rank adapters instead (the model's weights stay; A and B train; saving merges them):
+
+    adapters = training.lora(pipe, rank=8, alpha=16)
+    step = training.step(pipe, optax.adamw(1e-4), lora=adapters)
+    params = adapters.init(seed=0)
+    ...
+    transmuter.save_pretrained(pipe.model, "tuned/", params=adapters.merge(params))
+
 Examples go through the pipeline's own ``preprocess`` (the tokenization, truncation and image
 preparation of inference), so what trains is what will run. A batch always has ``batch_size``
 rows (the last one is padded with rows of weight 0): one compiled shape per length bucket.
@@ -146,12 +154,34 @@ class Step:
         return self._run(params, state, batch)
 
 
-def step(pipe, optimizer, *, loss=None, accumulate=1):
+def lora(pipe, *, rank=8, alpha=None, targets=None):
+    """Low-rank adapters (lora.py) on the MatMul / Gemm weights of ``pipe``'s model: pass them as
+    ``step(..., lora=adapters)``, train ``adapters.init()``, save
+    ``adapters.merge(params)``. ``targets``: names or a predicate (default: every such weight)."""
+    from . import lora as lora_module
+
+    _check_pipeline(pipe)
+    return lora_module.adapters(pipe.model, rank=rank, alpha=alpha, targets=targets)
+
+
+def step(pipe, optimizer, *, loss=None, accumulate=1, lora=None):
     """A ``Step`` that trains ``pipe``'s model with an optax ``optimizer`` on ``loss`` (a kind of
     LOSSES, or a function ``(params, batch) -> scalar``; default: the task's).
-    ``accumulate=k`` sums the gradients of k batches per update (``optax.MultiSteps``)."""
+    ``accumulate=k`` sums the gradients of k batches per update (``optax.MultiSteps``).
+    ``lora``: adapters from ``training.lora(pipe)``; the step then trains their params
+    (``adapters.init()``) and the model's weights stay as loaded."""
     optax = _optax()
     loss_fn = loss if callable(loss) else globals()["loss"](pipe, loss)
+    if lora is not None:
+        base = loss_fn
+
+        def loss_fn(params, batch):
+            return base(lora.merge(params), batch)
+    elif not pipe.model.trainable:
+        raise InputError("This pipeline's model has no trainable weights: create it with "
+                         "transmuter.pipeline(task, model, trainable=True) (or a list of "
+                         "initializer names), or train adapters: step(..., "
+                         "lora=training.lora(pipe))")
     if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
         raise InputError(f"accumulate must be a positive int, got {accumulate!r}")
     if accumulate > 1:
@@ -179,10 +209,6 @@ def _check_pipeline(pipe):
     if model.backend.name != "jax":
         raise InputError(f"training runs on the JAX backend (optax); this pipeline's model "
                          f"runs on {model.backend.name}: load it with backend='jax'")
-    if not model.trainable:
-        raise InputError("This pipeline's model has no trainable weights: create it with "
-                         "transmuter.pipeline(task, model, trainable=True) (or a list of "
-                         "initializer names)")
 
 
 def _embeds_apart(pipe):

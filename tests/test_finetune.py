@@ -513,7 +513,7 @@ def test_training_ranking_pairs_and_refusals():
         training.loss(classify, "hinge")
     frozen = transmuter.pipeline("text-classification", BERT)
     with pytest.raises(transmuter.InputError, match="trainable=True"):
-        training.batches(frozen, ["a"], [0])
+        training.step(frozen, optax.sgd(1e-2))
 
 
 def test_save_pretrained_keeps_sentence_transformers_module_weights(tmp_path):
@@ -561,3 +561,42 @@ def test_finetune_examples_save_what_onnxruntime_runs(tmp_path, capsys, name, fi
         np.testing.assert_allclose(np.asarray(got[key]), want, atol=ORT_ATOL, rtol=0)
     key = next(iter(ort_out))
     assert np.abs(ort_out[key] - before[key]).max() > 1e-4  # the weights did move
+
+
+def test_lora_trains_adapters_only_and_saves_the_merged_weights(tmp_path):
+    """LoRA on every MatMul / Gemm weight of the BERT classifier: the adapted model starts as the
+    original (B = 0), only the adapters move, and the merged file onnxruntime runs gives the
+    adapted model's outputs."""
+    optax = pytest.importorskip("optax")
+    from transmuter import training
+
+    pipe = transmuter.pipeline("text-classification", BERT, sequence_length=16)
+    adapters = training.lora(pipe, rank=4, alpha=8)
+    matmuls = {n.inputs[1] for n in pipe.model.graph.nodes if n.op_type in ("MatMul", "Gemm")}
+    assert set(adapters.names) == {n for n in matmuls if n in pipe.model.params}
+    data = training.batches(pipe, ["Hello world!", "bad", "good day", "the cat sat"],
+                            ["positive", "negative", "neutral", "positive"], batch_size=4)
+    step = training.step(pipe, optax.adam(1e-2), lora=adapters)
+    params = adapters.init(seed=0)
+    before = {k: np.asarray(v) for k, v in pipe.model.params.items()}
+    feed = _feed(BERT.name, "model.npz")
+    np.testing.assert_array_equal(  # B = 0: the merged weights are the loaded ones
+        np.asarray(pipe.model.apply(adapters.merge(params), **feed)["logits"]),
+        np.asarray(pipe.model(**feed)["logits"]))
+    state, losses = step.init(params), []
+    for _ in range(5):
+        params, state, value = step(params, state, next(iter(data)))
+        losses.append(float(value))
+    assert losses[-1] < losses[0]
+    for name, value in pipe.model.params.items():  # the model's own weights did not move
+        np.testing.assert_array_equal(np.asarray(value), before[name])
+    merged = adapters.merge(params)
+    out = transmuter.save(pipe.model, tmp_path / "model.onnx", params=merged)
+    want = np.asarray(pipe.model.apply(merged, **feed)["logits"])
+    np.testing.assert_allclose(_ort(out, feed)["logits"], want, atol=ORT_ATOL, rtol=0)
+    assert np.abs(want - np.asarray(pipe.model(**feed)["logits"])).max() > 1e-3
+    with pytest.raises(transmuter.InputError, match="not float32 MatMul/Gemm weights"):
+        training.lora(pipe, targets=["classifier.bias"])
+    from transmuter.lora import adapters as lora_adapters
+    with pytest.raises(transmuter.InputError, match="fp32 export"):
+        lora_adapters(transmuter.load(FIXTURES / "bert" / "onnx" / "model_q4.onnx"))
