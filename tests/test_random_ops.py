@@ -178,7 +178,8 @@ def test_compiled_draws_differ_between_calls_unless_seeded(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_training_dropout_distribution_and_mask(backend):
     ratio, shape = 0.3, (200, 100)
-    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=3.0)
+    # Dropout's seed is an INT (the Random* ops' a FLOAT): load-time validation refuses a FLOAT
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=3)
     r = helper.make_tensor("r", TensorProto.FLOAT, [], [ratio])
     t = helper.make_tensor("t", TensorProto.BOOL, [], [True])
     graph = helper.make_graph([node], "g", [info("x", TensorProto.FLOAT, list(shape))],
