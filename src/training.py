@@ -128,6 +128,9 @@ def loss(pipe, kind=None):
     return getattr(training_losses, kind.replace("-", "_"))(pipe)
 
 
+_task_loss = loss  # step() takes a ``loss=`` option, which hides the function there
+
+
 class Step:
     """A compiled optimizer step: ``params, state, loss = step(params, state, batch)``."""
 
@@ -171,7 +174,7 @@ def step(pipe, optimizer, *, loss=None, accumulate=1, lora=None):
     ``lora``: adapters from ``training.lora(pipe)``; the step then trains their params
     (``adapters.init()``) and the model's weights stay as loaded."""
     optax = _optax()
-    loss_fn = loss if callable(loss) else globals()["loss"](pipe, loss)
+    loss_fn = loss if callable(loss) else _task_loss(pipe, loss)
     if lora is not None:
         base = loss_fn
 
