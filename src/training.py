@@ -22,9 +22,15 @@ Examples go through the pipeline's own ``preprocess`` (the tokenization, truncat
 preparation of inference), so what trains is what will run. A batch always has ``batch_size``
 rows (the last one is padded with rows of weight 0): one compiled shape per length bucket.
 
+Token classification trains on pre-split words with a label per word (the CoNLL / datasets
+layout): ``training.batches(pipe, [["My", "name", "is", "Clara"]], [["O", "O", "O", "B-PER"]])``.
+Each word's label goes to its first sub-token; its other sub-tokens and the special tokens are
+ignored (label -100), as transformers' token-classification recipe aligns them.
+
 Losses (``loss=``, default by task, as the peers train these heads):
 - ``"cross-entropy"``: text/image/audio classification (transformers' ``*ForSequenceClassification``
-  with integer labels) and text-ranking heads of more than one logit;
+  with integer labels), text-ranking heads of more than one logit, and token classification
+  (``*ForTokenClassification``: the mean over the labelled tokens);
 - ``"mse"``: classification heads of one logit (transformers' regression ``problem_type``);
 - ``"binary-cross-entropy"``: text-ranking heads of one logit (sentence-transformers'
   ``CrossEncoder`` default) and ``problem_type: multi_label_classification`` (labels are 0/1 rows);
@@ -43,6 +49,7 @@ from .errors import InputError
 LOSSES = ("cross-entropy", "mse", "binary-cross-entropy", "multiple-negatives-ranking",
           "cosine-similarity")
 _EMBEDDING_LOSSES = ("multiple-negatives-ranking", "cosine-similarity")
+IGNORE = -100  # transformers' ignore_index: tokens without a label (sub-tokens, specials, padding)
 MNRL_SCALE = 20.0  # sentence-transformers MultipleNegativesRankingLoss(scale=20.0)
 
 
@@ -52,7 +59,7 @@ class Batch(NamedTuple):
     rows of a last, short batch. A named tuple: a pytree that jit takes."""
 
     inputs: tuple
-    labels: np.ndarray
+    labels: np.ndarray  # [rows], [rows, labels] or, for token classification, [rows, length]
     weights: np.ndarray
 
 
@@ -83,19 +90,29 @@ class Batches:
             items = [column[i] for i in rows]
             feed = pipe.featurizer.batch(items, n, pipe._inputs, pipe.task)
             inputs.append({k: v.astype(pipe._inputs[k].dtype, copy=False) for k, v in feed.items()})
-        labels = self.labels[rows]
         weights = np.zeros(n, np.float32)
         weights[:len(rows)] = 1
+        return Batch(tuple(inputs), self._labels(rows, inputs[0]["input_ids"].shape[1]), weights)
+
+    def _labels(self, rows, length):
+        n = self.batch_size
+        if isinstance(self.labels, list):  # per token: padded to the batch's length, ignored
+            labels = np.full((n, length), IGNORE, np.int32)
+            for row, i in enumerate(rows):
+                labels[row, :len(self.labels[i])] = self.labels[i]
+            return labels
+        labels = self.labels[rows]
         if len(rows) < n:  # spare rows repeat the first label: finite, and weighted out
             labels = np.concatenate([labels, np.repeat(labels[:1], n - len(rows), axis=0)])
-        return Batch(tuple(inputs), labels, weights)
+        return labels
 
 
 def batches(pipe, examples, labels=None, *, batch_size=16, shuffle=False, seed=0):
     """``examples`` (what the pipeline takes: texts, (text, text_pair) tuples, images, ...; for
     text-embedding, tuples of texts to embed apart) with their ``labels`` (class names of the
     model's id2label or ints, floats for regression and cosine-similarity; none for
-    multiple-negatives-ranking) as re-iterable padded ``Batch``es."""
+    multiple-negatives-ranking; for token classification, lists of words with a list of word
+    labels each) as re-iterable padded ``Batch``es."""
     _check_pipeline(pipe)
     examples = list(examples)
     if not examples:
@@ -107,8 +124,11 @@ def batches(pipe, examples, labels=None, *, batch_size=16, shuffle=False, seed=0
     if labels is None and not (pairs and len(columns) >= 2):
         raise InputError(f"training.batches: a {pipe.task} pipeline trains on labelled "
                          "examples; give labels= (one per example)")
-    labels = np.zeros(len(examples), np.float32) if labels is None else \
-        _labels(pipe, list(labels), len(examples))
+    if _per_token(pipe):
+        labels = _token_labels(pipe, examples, columns[0], labels)
+    else:
+        labels = np.zeros(len(examples), np.float32) if labels is None else \
+            _labels(pipe, list(labels), len(examples))
     return Batches(pipe, columns, labels, batch_size, shuffle, seed)
 
 
@@ -123,6 +143,9 @@ def loss(pipe, kind=None):
         raise InputError(f"loss {kind!r} does not fit a {pipe.task} pipeline: "
                          f"{', '.join(_EMBEDDING_LOSSES)} train text-embedding pipelines, the "
                          "others classification and ranking heads")
+    if _per_token(pipe) and kind != "cross-entropy":
+        raise InputError(f"loss {kind!r} does not fit a token-classification pipeline: it "
+                         "trains with cross-entropy over the labelled tokens")
     from . import training_losses
 
     return getattr(training_losses, kind.replace("-", "_"))(pipe)
@@ -231,7 +254,13 @@ def _columns(pipe, examples, pairs):
     return [[_item(pipe, e, i) for i, e in enumerate(examples)]]
 
 
+def _per_token(pipe):
+    return pipe.task == "token-classification"
+
+
 def _item(pipe, example, index):
+    if _per_token(pipe):
+        return _words(pipe, example, index)
     if pipe.task == "text-ranking":  # a (query, document) pair: one document to score
         if not (isinstance(example, (tuple, list)) and len(example) == 2):
             raise InputError(f"training example {index}: text-ranking trains on (query, "
@@ -245,6 +274,40 @@ def _item(pipe, example, index):
         raise InputError(f"training example {index} makes {len(chunks)} chunks in {pipe.task}; "
                          "training takes examples the pipeline runs in one piece")
     return chunks[0][pipe.featurizer.key]
+
+
+def _words(pipe, example, index):
+    """One example's encoding, its words tokenized apart (``word_ids`` align the labels)."""
+    if not (isinstance(example, (list, tuple)) and example
+            and all(isinstance(w, str) for w in example)):
+        raise InputError(f"training example {index}: token-classification trains on pre-split "
+                         "words with a label per word, e.g. ['My', 'name', 'is', 'Clara'] with "
+                         f"labels ['O', 'O', 'O', 'B-PER']; got {example!r:.80}")
+    try:
+        return pipe.tokenizer.encode_words(example, max_length=pipe.sequence_lengths[-1])
+    except Exception as e:  # noqa: BLE001 - name the example, keep the tokenizer's message
+        raise InputError(f"training example {index}: {e}") from None
+
+
+def _token_labels(pipe, examples, encodings, labels):
+    """Per example, its token labels: each word's on its first sub-token, IGNORE elsewhere."""
+    if labels is None or len(labels := list(labels)) != len(examples):
+        raise InputError(f"training.batches got {len(examples)} examples and "
+                         f"{0 if labels is None else len(labels)} label lists; token "
+                         "classification takes one list of word labels per example")
+    out = []
+    for index, (words, encoding, tags) in enumerate(zip(examples, encodings, labels)):
+        if isinstance(tags, str) or len(tags := list(tags)) != len(words):
+            raise InputError(f"training example {index} has {len(words)} words and "
+                             f"{1 if isinstance(tags, str) else len(tags)} labels; give one "
+                             "label per word")
+        ids = _labels(pipe, tags, len(tags))
+        previous, row = None, []
+        for word in encoding.word_ids:
+            row.append(IGNORE if word is None or word == previous else ids[word])
+            previous = word
+        out.append(np.array(row, np.int32))
+    return out
 
 
 def _labels(pipe, labels, n):

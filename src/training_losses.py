@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .errors import InputError
-from .training import MNRL_SCALE
+from .training import IGNORE, MNRL_SCALE
 
 
 def _outputs(pipe):
@@ -34,13 +34,20 @@ def _mean(values, weights):
 
 
 def cross_entropy(pipe):
-    """torch.nn.CrossEntropyLoss over the logits and integer labels."""
+    """torch.nn.CrossEntropyLoss over the logits and integer labels: one per row, or one per
+    token (token classification), where the mean runs over the tokens whose label is not
+    IGNORE (torch's ``ignore_index=-100``) in the batch's real rows."""
     forward = _logits(pipe)
 
     def loss(params, batch):
         log_probs = jax.nn.log_softmax(forward(params, batch.inputs[0]))
-        picked = jnp.take_along_axis(log_probs, batch.labels[:, None].astype(jnp.int32), -1)
-        return _mean(-picked[:, 0], batch.weights)
+        labels = batch.labels.astype(jnp.int32)
+        if labels.ndim == 1:
+            picked = jnp.take_along_axis(log_probs, labels[:, None], -1)
+            return _mean(-picked[:, 0], batch.weights)
+        labelled = (labels != IGNORE) & (batch.weights[:, None] > 0)
+        picked = jnp.take_along_axis(log_probs, jnp.where(labelled, labels, 0)[..., None], -1)
+        return jnp.where(labelled, -picked[..., 0], 0).sum() / jnp.maximum(labelled.sum(), 1)
     return loss
 
 

@@ -17,7 +17,8 @@ up to float64 rounding, and stored in float32. The exporter de-duplicates equal 
 (every LayerNorm gamma at 1 is one tensor) and transposes MatMul weights, so the gradient of an
 ONNX initializer is the sum of its PyTorch parameters' gradients, each transposed back as needed.
 
-``curve`` (or ``python record_finetune.py curve``) records the loss of 30 AdamW steps of the BERT
+``curve`` (or ``python record_finetune.py curve``) also records the token-classification curve
+(``record_token_curve``) and records the loss of 30 AdamW steps of the BERT
 classifier on CURVE_TEXTS / CURVE_LABELS in batches of CURVE_BATCH (in order, no shuffling),
 tokenized by the fixture's own tokenizer (transformers' AutoTokenizer on the fixture folder,
 padded to the longest row of each batch), with torch.optim.AdamW(lr, betas, eps, weight_decay of
@@ -304,10 +305,100 @@ def record_embedding_curves(name="bert-sentence-transformers"):
     np.savez_compressed(d / "references" / "finetune_embedding_curves.npz", **out)
 
 
+NER_EXAMPLES = [
+    ("My name is Wolfgang and I live in Berlin .".split(),
+     ["O", "O", "O", "B-PER", "O", "O", "O", "O", "B-LOC", "O"]),
+    ("Clara works for the United Nations in New York .".split(),
+     ["B-PER", "O", "O", "O", "B-ORG", "I-ORG", "O", "B-LOC", "I-LOC", "O"]),
+    ("Angela Merkel visited Washington last Tuesday".split(),
+     ["B-PER", "I-PER", "O", "B-LOC", "O", "B-MISC"]),
+    ("The Volkswagen plant in Zwickau builds electric cars".split(),
+     ["O", "B-ORG", "O", "O", "B-LOC", "O", "O", "O"]),
+    ("Oxfordshire".split(), ["B-LOC"]),
+    ("Barcelona beat Real Madrid 3-1 in the Copa del Rey final".split(),
+     ["B-ORG", "O", "B-ORG", "I-ORG", "O", "O", "O", "B-MISC", "I-MISC", "I-MISC", "O"]),
+    ("Nobody said anything".split(), ["O", "O", "O"]),
+]
+NER_BATCH = 3
+NER_STEPS = 12
+
+
+def _aligned(word_ids, word_labels, label2id):
+    """transformers' token-classification recipe (the course's tokenize_and_align_labels): a
+    word's label on its first sub-token, -100 on its other sub-tokens and on special tokens."""
+    out, previous = [], None
+    for word in word_ids:
+        out.append(-100 if word is None or word == previous else label2id[word_labels[word]])
+        previous = word
+    return out
+
+
+def record_token_curve(name="bert-token-classification"):
+    """NER_STEPS AdamW steps (CURVE_ADAMW) of the NER fixture on NER_EXAMPLES (pre-split words
+    with word labels) in batches of NER_BATCH in order: transformers' fast tokenizer with
+    ``is_split_into_words=True``, labels aligned by ``_aligned``, and the model's own loss
+    (``BertForTokenClassification(labels=...)``: cross-entropy over the labelled tokens).
+    Writes references/finetune_token_curve.npz: ``loss`` per step, ``trained``, ``ids/<batch>``
+    and ``labels/<batch>`` (the aligned labels, -100 padded to the batch's longest row),
+    ``words/<i>``, ``tags/<i>``, ``batch``, ``adamw/<option>``."""
+    import families_text as ft
+    import torch
+    from transformers import AutoTokenizer, BertForTokenClassification
+
+    d = ec.FIXTURES_ROOT / name
+    with tempfile.TemporaryDirectory() as work:  # as families_text.build_bert_ner
+        tok = ft.bert_tokenizer(Path(work), lowercase=False)
+        ec.seed_everything()
+        labels = dict(enumerate(ft.NER_LABELS))
+        cfg = ft._bert_config(tok, id2label=labels, label2id={v: k for k, v in labels.items()})
+        model = BertForTokenClassification(cfg).eval()  # eval: no dropout, as the ONNX graph
+    ref = np.load(d / "references" / "model.npz")
+    with torch.no_grad():
+        logits = model(**_feed(name, ref, torch, torch.float32)).logits.numpy()
+    err = np.abs(logits - ref["0/out/logits"]).max()
+    if err > 1e-4:
+        raise SystemExit(f"{name}: the rebuilt model's logits differ from onnxruntime's by {err}")
+    fast = AutoTokenizer.from_pretrained(d)
+    params = {k: p.detach().numpy() for k, p in model.named_parameters()}
+    mapping = _mapping(_float_initializers(d / "onnx" / "model.onnx"), params)
+    trained = sorted(n for n, m in mapping.items() if len(m) == 1)
+    train = {m[0][0] for m in mapping.values() if len(m) == 1}
+    for pname, p in model.named_parameters():
+        p.requires_grad_(pname in train)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                  **CURVE_ADAMW)
+    batches = [range(i, min(i + NER_BATCH, len(NER_EXAMPLES)))
+               for i in range(0, len(NER_EXAMPLES), NER_BATCH)]
+    out, losses = {}, []
+    for step in range(NER_STEPS):
+        b = step % len(batches)
+        rows = batches[b]
+        feed = fast([NER_EXAMPLES[i][0] for i in rows], is_split_into_words=True,
+                    padding=True, return_tensors="pt")
+        aligned = [_aligned(feed.word_ids(j), NER_EXAMPLES[i][1], cfg.label2id)
+                   for j, i in enumerate(rows)]
+        target = torch.tensor(aligned)
+        out.setdefault(f"ids/{b}", feed["input_ids"].numpy())
+        out.setdefault(f"labels/{b}", target.numpy())
+        loss = model(**feed, labels=target).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    for i, (words, tags) in enumerate(NER_EXAMPLES):
+        out[f"words/{i}"], out[f"tags/{i}"] = np.array(words), np.array(tags)
+    out.update(loss=np.array(losses, np.float32), trained=np.array(trained), batch=NER_BATCH,
+               **{f"adamw/{k}": np.array(v) for k, v in CURVE_ADAMW.items()})
+    np.savez_compressed(d / "references" / "finetune_token_curve.npz", **out)
+    print(f"{name}: {len(trained)} of {len(mapping)} initializers train; loss "
+          f"{losses[0]:.5f} -> {losses[-1]:.5f}")
+
+
 def main(argv):
     if argv == ["curve"]:
         record_curve()
         record_embedding_curves()
+        record_token_curve()
         return 0
     for name in argv or list(FIXTURES):
         record(name)
