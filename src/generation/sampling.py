@@ -3,12 +3,16 @@
 Warpers have the processors' signature, ``warp(xp, state, scores) -> scores`` (they ignore the
 state), with no Python branch on values.
 Sampling uses the Gumbel-max trick: ``argmax(log_softmax(scores) + g)`` with ``g`` Gumbel noise
-draws a token with probability ``softmax(scores)``; the noise comes from a NumPy generator per
-row seeded by ``seed`` (and the row), so a seed repeats the same text on every backend and a row
-samples the same tokens whatever batch it shares. (transformers draws from torch's generator, so
-sampled text equals transformers' only in distribution, never token for token.)
+draws a token with probability ``softmax(scores)``; the noise of draw ``t`` of a row comes from
+JAX's counter-based generator (threefry), keyed by ``seed`` and the row, so a seed repeats the
+same text on every backend, a row samples the same tokens whatever batch it shares, and the
+device loop (device_loop.py), which draws inside a ``lax.while_loop``, draws the same numbers as
+the host loop. (transformers draws from torch's generator, so sampled text equals transformers'
+only in distribution, never token for token.)
 """
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..errors import InputError
@@ -95,18 +99,54 @@ class Sampler:
 
     def __init__(self, do_sample, seed, rows):
         self.do_sample = do_sample
-        base = np.random.SeedSequence(seed)
-        self.rngs = [np.random.default_rng(s) for s in base.spawn(rows)] if do_sample else None
+        self.keys = row_keys(seed, rows) if do_sample else None
+        self.draws = 0
+
+    def split(self):
+        """One-row samplers, the i-th drawing what row i of this one draws: a row generated apart
+        from the others (continuous batching serves each row in whatever batch is running)."""
+        rows = []
+        for rng in self.rngs or [None]:
+            one = Sampler(False, None, 0)
+            one.do_sample, one.rngs = self.do_sample, None if rng is None else [rng]
+            rows.append(one)
+        return rows
 
     def noise(self, rows, vocab):
         """float32 [rows, vocab] Gumbel noise (zeros when greedy); a fresh draw per call."""
         if not self.do_sample:
             return np.zeros((rows, vocab), np.float32)
-        u = np.stack([rng.random(vocab, dtype=np.float32) for rng in self.rngs[:rows]])
-        return -np.log(-np.log(np.clip(u, 1e-20, 1.0 - 1e-7)))
+        g = _gumbel_jit(self.keys[:rows], np.uint32(self.draws), vocab)
+        self.draws += 1
+        return np.asarray(g)
 
     @staticmethod
     def choose(xp, scores, noise):
         """int64 [B]: argmax of the log-probabilities plus the noise (greedy with zero noise)."""
         logp = xp.log_softmax(scores, axis=-1)
         return xp.astype(xp.argmax(logp + xp.astype(noise, logp.dtype), axis=-1), np.int64)
+
+
+def row_keys(seed, rows):
+    """uint32 [rows, 2]: each row's threefry key, from ``seed`` (any int; None: fresh entropy)
+    and the row's index alone (so a row draws the same noise in any batch)."""
+    if seed is None:
+        seed = np.random.SeedSequence().entropy
+    s = int(seed) % 2**64
+    base = jax.random.fold_in(jax.random.PRNGKey(np.uint32(s & 0xFFFFFFFF)), np.uint32(s >> 32))
+    return np.asarray(jax.vmap(lambda b: jax.random.fold_in(base, b))(
+        jnp.arange(rows, dtype=jnp.uint32)))
+
+
+def gumbel(keys, draw, vocab):
+    """float32 [rows, vocab]: Gumbel noise of draw number ``draw`` (a uint32, traced or not) for
+    rows of ``keys`` (row_keys); pure JAX, so the host loop and a compiled loop agree."""
+    def row(key):
+        u = jax.random.uniform(jax.random.fold_in(key, draw), (vocab,), jnp.float32,
+                               minval=1e-20, maxval=1.0)
+        return -jnp.log(-jnp.log(jnp.minimum(u, 1.0 - 1e-7)))
+
+    return jax.vmap(row)(keys)
+
+
+_gumbel_jit = jax.jit(gumbel, static_argnums=2)
