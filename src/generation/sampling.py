@@ -106,9 +106,9 @@ class Sampler:
         """One-row samplers, the i-th drawing what row i of this one draws: a row generated apart
         from the others (continuous batching serves each row in whatever batch is running)."""
         rows = []
-        for rng in self.rngs or [None]:
+        for keys in [None] if self.keys is None else np.split(self.keys, len(self.keys)):
             one = Sampler(False, None, 0)
-            one.do_sample, one.rngs = self.do_sample, None if rng is None else [rng]
+            one.do_sample, one.keys, one.draws = self.do_sample, keys, self.draws
             rows.append(one)
         return rows
 
