@@ -40,6 +40,7 @@ class CacheLayout:
     logits: str
     cross_pairs: list = dataclasses.field(default_factory=list)  # cross-attention pasts
     first_static: dict = dataclasses.field(default_factory=dict)  # the first call's
+    embeds: bool = False  # the graph takes inputs_embeds: the generator's embed() makes them
 
     @classmethod
     def from_model(cls, model, mode=None, extra_inputs=()):
@@ -55,10 +56,13 @@ class CacheLayout:
             if present is not None:
                 is_cross = _axis_names(info)[2:3] and _axis_names(info)[2] in encoder_axes
                 (cross if is_cross else pairs).append((info, present))
-        if not pairs or "input_ids" not in inputs or "logits" not in outputs:
-            raise InputError("This graph is not a decoder with a KV cache: it needs input_ids, "
-                             "past_key_values.* inputs and logits, present.* outputs (export it "
-                             "with past, e.g. optimum's text-generation-with-past)")
+        # a vision-language decoder takes inputs_embeds (its caller embeds the ids: steppers)
+        embeds = "input_ids" not in inputs and "inputs_embeds" in inputs
+        if not pairs or not ("input_ids" in inputs or embeds) or "logits" not in outputs:
+            raise InputError("This graph is not a decoder with a KV cache: it needs input_ids "
+                             "(or inputs_embeds), past_key_values.* inputs and logits, present.* "
+                             "outputs (export it with past, e.g. optimum's "
+                             "text-generation-with-past)")
         gqa = any(n.op_type == "GroupQueryAttention" for n in model.graph.nodes)
         static = {}
         if "use_cache_branch" in inputs:
@@ -66,6 +70,7 @@ class CacheLayout:
         if "num_logits_to_keep" in inputs:  # 0 keeps every position (rows are right-padded)
             static["num_logits_to_keep"] = np.array(0, inputs["num_logits_to_keep"].dtype)
         known = {"input_ids", "attention_mask", "position_ids", *static, *extra_inputs,
+                 *(["inputs_embeds"] if embeds else []),
                  *(p.name for p, _ in pairs + cross)}
         unknown = sorted(set(inputs) - known)
         if unknown:
@@ -85,7 +90,7 @@ class CacheLayout:
         if grow and "use_cache_branch" in inputs:
             first["use_cache_branch"] = np.array([False])  # the no-past branch
         return cls("grow" if grow else "inplace" if gqa else "concat", pairs,
-                   "position_ids" in inputs, static, "logits", cross, first)
+                   "position_ids" in inputs, static, "logits", cross, first, embeds)
 
     def empty(self, rows, capacity, model_config, cross_length=0):
         """Zero caches [rows, heads, capacity, head_dim] from the graph's input metadata

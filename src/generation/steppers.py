@@ -35,6 +35,8 @@ class _Stepper:
         self._take = gen.model.backend.compile(lambda c, i: xp.take(c, i, axis=0))
 
     def _call(self, fn, feed, caches):
+        if self.layout.embeds:  # input_ids -> inputs_embeds (a vision-language decoder)
+            feed = self.gen.embed(feed)
         feed = {k: v.astype(self.gen.dtypes[k], copy=False) for k, v in feed.items()}
         feed.update(caches)
         return fn(feed)

@@ -32,6 +32,7 @@ TASKS = {
     "image-to-image": ("vision.image_to_image", "ImageToImagePipeline"),
     "image-feature-extraction": ("vision.embedding", "ImageFeatureExtractionPipeline"),
     "image-to-text": ("vision.image_to_text", "ImageToTextPipeline"),
+    "image-text-to-text": ("vision.image_text_to_text", "ImageTextToTextPipeline"),
     "image-embedding": ("vision.embedding", "ImageEmbeddingPipeline"),
     "text-to-audio": ("audio.text_to_speech", "TextToAudioPipeline"),
     "audio-classification": ("audio.classification", "AudioClassificationPipeline"),

@@ -1,0 +1,478 @@
+"""image-text-to-text: transformers' ImageTextToTextPipeline over decoder-only vision-language
+exports in transformers.js' layout (onnx/vision_encoder + embed_tokens + decoder_model_merged):
+Idefics3 / SmolVLM.
+
+    pipe = transmuter.pipeline("image-text-to-text", "HuggingFaceTB/SmolVLM-256M-Instruct")
+    chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}]
+    pipe(text=chat, images=["cat.png"], max_new_tokens=20)
+        -> [{"input_text": chat, "generated_text": chat + [{"role": "assistant", ...}]}]
+    pipe(images="cat.png", text="<image>A photo of")  -> [{"input_text", "generated_text"}]
+    pipe(text=[chat_a, chat_b], images=[[a], [b]])   -> one list of records per chat
+
+As transformers: an image part without "image" / "url" / "path" takes the next of ``images``;
+a chat renders with the repo's chat template (a final assistant message is continued); each
+``<image>`` of the prompt becomes Idefics3Processor's expansion (the tiles' ``<row_r_col_c>``
+blocks, then the global image), the vision encoder's features replace the ``<image>`` tokens'
+embeddings (in order), and the decoder generates with text-generation's options
+(``max_new_tokens``, ``num_beams``, ``do_sample`` with ``seed``, ``generate_kwargs``; the
+pipeline's default of 256 new tokens). ``return_full_text=False`` gives the new text only,
+``return_tensors=True`` the token ids; ``do_image_splitting`` overrides preprocessor_config.json;
+``stream=True`` (one input) yields the new text in chunks (TextStreamer's rule). A chat's images
+run through the vision encoder together, alone: a batch of chats gives what each gives alone.
+"""
+
+import copy
+
+import numpy as np
+
+from ...errors import InputError
+from ...generation import GenerationConfig, Generator
+from ...generation.config import check_options
+from ...generation.streaming import stream as stream_text
+from ...preprocess import chat_template
+from ...preprocess import image_transforms as T
+from ...preprocess.image import load_image
+from ...preprocess.tokenizer import clean_up_tokenization
+from ..base import Pipeline, PipelineError
+
+PIPELINE_DEFAULTS = {"max_new_tokens": 256}  # transformers' _default_generation_config (4.57)
+MODEL_TYPES = ("idefics3", "smolvlm")
+IMAGE, FAKE, GLOBAL = "<image>", "<fake_token_around_image>", "<global-img>"
+MAX_IMAGE_SIZE = 4096  # image_processing_idefics3.MAX_IMAGE_SIZE
+
+
+class ImageTextToTextPipeline(Pipeline):
+    task = "image-text-to-text"
+    featurizers = ("tokenizer",)
+    encoder_component = "vision_encoder"  # factory.pipeline passes variant= on as encoder_variant=
+
+    def __init__(self, model, config=None, *, tokenizer, repo=None, encoder_variant=None,
+                 vision_encoder=None, embed_tokens=None, **kwargs):
+        kind = (config or {}).get("model_type")
+        if kind not in MODEL_TYPES:
+            raise PipelineError(f"{self.task} runs Idefics3 / SmolVLM exports (model_type "
+                                f"{' or '.join(map(repr, MODEL_TYPES))}); this model is {kind!r}")
+        self.tokenizer = tokenizer
+        self.vision = vision_encoder or _side_model(repo, model, "vision_encoder",
+                                                    encoder_variant, required=False)
+        embed = embed_tokens or _side_model(repo, model, "embed_tokens", encoder_variant)
+        text = dict((config or {}).get("text_config") or {})
+        self.generator = model.shared.get("vlm") or EmbedsGenerator(model, {**config, **text},
+                                                                   embed)
+        model.shared["vlm"] = self.generator
+        self.images = Idefics3Images(repo.json("preprocessor_config.json", {}) if repo else {})
+        processor = repo.json("processor_config.json", {}) if repo else {}
+        vision = config.get("vision_config") or {}
+        self.image_seq_len = int(processor.get("image_seq_len") or (
+            (vision.get("image_size", 364) // vision.get("patch_size", 14)) ** 2
+            // config.get("scale_factor", 2) ** 2))
+        self.image_token_id = config.get("image_token_id")
+        self.generation_file = repo.json("generation_config.json", {}) if repo else {}
+        super().__init__(model, config, repo=repo, **kwargs)
+
+    @staticmethod
+    def onnx_component(repo):
+        return "decoder_model_merged"
+
+    # --- calling -------------------------------------------------------------------------------
+
+    def __call__(self, images=None, text=None, *, stream=False, **kwargs):
+        inputs = _inputs(images, text)
+        if not stream:
+            return super().__call__(inputs, **kwargs)
+        if not isinstance(inputs, dict):
+            raise PipelineError("stream=True takes one input (one chat or one prompt)")
+        kwargs.pop("batch_size", None)
+        pre, fwd, post = self._sanitize_parameters(**{**self._defaults, **kwargs})
+        config = fwd["config"]
+        if config.num_beams > 1:
+            raise PipelineError("stream=True cannot stream beam search (num_beams > 1)")
+        chunk = next(iter(self.preprocess(inputs, **pre)))
+        embeds = self._prompt_embeds(chunk)
+        decode = lambda ids: self._decode(ids, None)  # noqa: E731
+        return stream_text(lambda on_step: self.generator.generate(
+            [chunk["ids"]], config, [embeds], decode=decode, on_step=on_step), decode)
+
+    def _is_single(self, inputs):
+        return isinstance(inputs, dict)
+
+    def _input_kind(self):
+        return ("images= and text= (a prompt with <image> tokens, or chat messages whose "
+                "content parts are {'type': 'image'} / {'type': 'text', 'text': ...})")
+
+    def _sanitize_parameters(self, max_new_tokens=None, generate_kwargs=None,
+                             return_full_text=None, return_tensors=None,
+                             clean_up_tokenization_spaces=None, continue_final_message=None,
+                             do_image_splitting=None, **options):
+        if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
+            raise PipelineError(f"generate_kwargs must be a dict, got {generate_kwargs!r:.80}")
+        given = dict(generate_kwargs or {})
+        if max_new_tokens is not None:
+            if "max_new_tokens" in given:  # transformers' own refusal
+                raise PipelineError("max_new_tokens is given both as an argument and inside "
+                                    "generate_kwargs: give it once")
+            given["max_new_tokens"] = max_new_tokens
+        twice = sorted(set(given) & set(options))
+        if twice:
+            raise PipelineError(f"{twice} given both as keywords and inside generate_kwargs: "
+                                "give each once")
+        options = {**given, **options}
+        check_options(self.task, options)
+        config = GenerationConfig.from_dicts(self.generation_file, self.config,
+                                             pipeline_defaults=PIPELINE_DEFAULTS, **options)
+        if return_full_text is not None and return_tensors:
+            raise PipelineError("return_full_text and return_tensors exclude each other")
+        pre = {"continue_final": continue_final_message, "split": do_image_splitting}
+        post = {"return_type": "tensors" if return_tensors else
+                "new_text" if return_full_text is False else "full_text",
+                "clean_up": clean_up_tokenization_spaces, "continue_final": continue_final_message}
+        return pre, {"config": config}, post
+
+    # --- inputs --------------------------------------------------------------------------------
+
+    def preprocess(self, inputs, continue_final=None, split=None):
+        """One chunk: the prompt's ids (image tokens expanded) and its images' tiles."""
+        images = inputs.get("images")
+        images = [] if images is None else list(images) if isinstance(images, (list, tuple)) \
+            else [images]
+        if "messages" in inputs:
+            messages = _with_images(inputs["messages"], images)
+            if continue_final is None:
+                continue_final = messages[-1]["role"] == "assistant"
+            text = self._render(messages, continue_final)
+            images = [part.get("image", part.get("url", part.get("path")))
+                      for m in messages for part in _parts(m) if part.get("type") == "image"]
+            prompt = messages
+        else:
+            prompt = text = inputs.get("text")
+            if not isinstance(text, str):
+                raise PipelineError(f"text must be a prompt string or chat messages, got "
+                                    f"{text!r:.80}")
+            if text.count(IMAGE) != len(images):
+                raise PipelineError(f"The prompt has {text.count(IMAGE)} {IMAGE} token(s) but "
+                                    f"{len(images)} image(s) were given: give one image per "
+                                    f"{IMAGE}")
+        if images and self.vision is None:
+            raise PipelineError("This model has no vision encoder (onnx/vision_encoder*.onnx): "
+                                "give text without images")
+        tiles, grids = self.images.process([load_image(i) for i in images], split)
+        expanded = self._expand(text, grids)
+        bos = self.tokenizer.config.get("bos_token")
+        bos = bos.get("content") if isinstance(bos, dict) else bos
+        ids = self.tokenizer.encode(expanded, truncation=False, add_special_tokens=not (
+            bos and expanded.startswith(bos))).ids
+        context = self.generator.context
+        if context and len(ids) >= context:
+            raise PipelineError(f"The prompt is {len(ids)} tokens (its images included) but the "
+                                f"model's context is {context} positions: shorten the text or "
+                                "give fewer or smaller images")
+        yield {"prompt": prompt, "ids": ids, "tiles": tiles, "continue_final": continue_final}
+
+    def _render(self, messages, continue_final):
+        """transformers' apply_chat_template: the generation prompt, or the final message's last
+        text part continued (the template's text up to it)."""
+        config = self.tokenizer.config
+        template = chat_template.find_template(self.repo, config)
+        tag = "CONTINUE_FINAL_MESSAGE_TAG "
+        if continue_final:
+            messages = copy.deepcopy(messages)
+            part = next((p for p in reversed(_parts(messages[-1])) if "text" in p), None)
+            if part is None:
+                raise PipelineError("continue_final_message: the final message has no text part")
+            part["text"] += tag
+        text = chat_template.render(template, messages, add_generation_prompt=not continue_final,
+                                    special_tokens=chat_template.special_tokens(config))
+        if continue_final:
+            at = text.rindex(tag.strip())
+            text = text[:at] if text[at:at + len(tag)] == tag else text[:at].rstrip()
+        return text
+
+    def _expand(self, text, grids):
+        """Idefics3Processor's prompt: each <image> as its tiles' rows and the global image."""
+        pieces = text.split(IMAGE)
+        out = pieces[0]
+        for (rows, cols), rest in zip(grids, pieces[1:]):
+            image = IMAGE * self.image_seq_len
+            if rows == 0 and cols == 0:
+                block = f"{FAKE}{GLOBAL}{image}{FAKE}"
+            else:
+                block = "".join("".join(f"{FAKE}<row_{r + 1}_col_{c + 1}>{image}"
+                                        for c in range(cols)) + "\n" for r in range(rows))
+                block += f"\n{FAKE}{GLOBAL}{image}{FAKE}"
+            out += block + rest
+        return out
+
+    # --- the model -----------------------------------------------------------------------------
+
+    def _prompt_embeds(self, chunk):
+        """[n, hidden] embeddings of the prompt, the image tokens' rows the vision features."""
+        embeds = self.generator.embed_ids(np.asarray([chunk["ids"]], np.int64))[0]
+        tiles = chunk["tiles"]
+        if tiles is None:
+            return embeds
+        pixels, mask = tiles
+        fn = self.vision.shared.get("compiled")
+        if fn is None:
+            from ...compiled import CompiledFunction
+            fn = self.vision.shared["compiled"] = CompiledFunction(self.vision)
+        features = np.asarray(fn({"pixel_values": pixels[None], "pixel_attention_mask":
+                                  mask[None]})["image_features"])
+        features = features.reshape(-1, features.shape[-1])
+        at = np.nonzero(np.asarray(chunk["ids"]) == self.image_token_id)[0]
+        if len(at) != len(features):
+            raise PipelineError(f"The prompt holds {len(at)} image tokens but its images give "
+                                f"{len(features)} feature rows: write each image as one {IMAGE} "
+                                "in the prompt, not expanded")
+        embeds[at] = features.astype(embeds.dtype)
+        return embeds
+
+    def _forward(self, chunks, config):
+        prompts = [c["ids"] for c in chunks]
+        embeds = [self._prompt_embeds(c) for c in chunks]
+        try:
+            if config.num_beams > 1:
+                new, _ = self.generator.beam_search(prompts, config, embeds)
+            else:
+                r = config.num_return_sequences
+                flat = self.generator.generate([p for p in prompts for _ in range(r)], config,
+                                               [e for e in embeds for _ in range(r)],
+                                               decode=lambda ids: self._decode(ids, None))
+                new = [flat[i * r:(i + 1) * r] for i in range(len(chunks))]
+        except InputError as e:
+            raise PipelineError(str(e)) from None
+        return [dict(c, new_ids=n) for c, n in zip(chunks, new)]
+
+    # --- outputs -------------------------------------------------------------------------------
+
+    def postprocess(self, outputs, return_type="full_text", clean_up=None, continue_final=None):
+        out = outputs[0]
+        return [self._record(out, list(out["ids"]) + list(new), return_type, clean_up)
+                for new in out["new_ids"]]
+
+    def _record(self, out, sequence, return_type, clean_up):
+        """transformers' postprocess: the decoded prompt cut from the decoded sequence when it
+        starts within 2 characters of its start."""
+        prompt = out["prompt"]
+        if return_type == "tensors":
+            return {"input_text": prompt, "generated_token_ids": sequence}
+        text, given = self._decode(sequence, clean_up), self._decode(out["ids"], clean_up)
+        at = text.find(given)
+        if 0 <= at <= 2:
+            text = text[at + len(given):]
+        if return_type == "full_text":
+            if isinstance(prompt, str):
+                text = prompt + text
+            elif out["continue_final"]:
+                last = dict(prompt[-1]["content"][-1])
+                last["text"] += text
+                text = prompt[:-1] + [dict(prompt[-1], content=prompt[-1]["content"][:-1] +
+                                           [last])]
+            else:
+                text = list(prompt) + [{"role": "assistant", "content": text}]
+        return {"input_text": prompt, "generated_text": text}
+
+    def _decode(self, ids, clean_up):
+        text = self.tokenizer.backend.decode([int(i) for i in ids], skip_special_tokens=True)
+        clean = self.tokenizer.clean_up_tokenization_spaces if clean_up is None else clean_up
+        return clean_up_tokenization(text) if clean else text
+
+
+class EmbedsGenerator(Generator):
+    """A Generator over a decoder that takes inputs_embeds: each graph call's ids go through
+    embed_tokens, and a prompt position takes its row of the prompt's own embeddings (the
+    image features in place) instead. ``embeds``: one [n, hidden] array per prompt."""
+
+    def __init__(self, model, model_config, embed_model):
+        from ...compiled import CompiledFunction
+
+        super().__init__(model, model_config)
+        self.embed_fn = CompiledFunction(embed_model)
+        self._rows = None
+
+    def embed_ids(self, ids):
+        return np.array(self.embed_fn({"input_ids": ids})["inputs_embeds"])  # a writable copy
+
+    def embed(self, feed):
+        feed = dict(feed)
+        ids = feed.pop("input_ids")
+        embeds = self.embed_ids(ids)
+        positions = feed["position_ids"]
+        for b, row in enumerate(self._rows or ()):
+            inside = positions[b] < len(row)
+            embeds[b, inside] = row[positions[b, inside]]
+        feed["inputs_embeds"] = embeds
+        return feed
+
+    def generate(self, prompts, config, embeds=(), **kwargs):
+        return self._with(list(embeds), super().generate, prompts, config, **kwargs)
+
+    def beam_search(self, prompts, config, embeds=(), **kwargs):
+        rows = [e for e in embeds for _ in range(config.num_beams)]  # as beam_search repeats
+        return self._with(rows, super().beam_search, prompts, config, **kwargs)
+
+    def _with(self, rows, run, *args, **kwargs):
+        self._rows = rows
+        try:
+            return run(*args, **kwargs)
+        finally:
+            self._rows = None
+
+
+class Idefics3Images:
+    """Idefics3ImageProcessor (transformers 4.57, slow): the longest edge resized to ``size``,
+    then (``do_image_splitting``) resized up to multiples of ``max_image_size`` and cut into
+    tiles plus the whole image at tile size, or (no splitting) resized to one square tile;
+    rescaled, normalized, padded to the largest tile with a pixel mask."""
+
+    def __init__(self, config):
+        self.config = dict(config)
+        self.longest = int((config.get("size") or {}).get("longest_edge", 4 * 364))
+        self.tile = int((config.get("max_image_size") or {}).get("longest_edge", 364))
+        self.resample = T.check_resample(config.get("resample", 1), "Idefics3ImageProcessor")
+        self.split = bool(config.get("do_image_splitting", True))
+
+    def process(self, images, split=None):
+        """``(pixel_values [N, 3, H, W], pixel_attention_mask [N, H, W] bool)`` of all tiles of
+        ``images`` (None without images), and each image's (rows, cols)."""
+        split = self.split if split is None else bool(split)
+        frames, grids = [], []
+        for image in images:
+            tiles, grid = self._tiles(np.asarray(image), split)
+            frames += tiles
+            grids.append(grid)
+        if not frames:
+            return None, grids
+        c = self.config
+        frames = [T.rescale(f, c.get("rescale_factor", 1 / 255)) if c.get("do_rescale", True)
+                  else f.astype(np.float32) for f in frames]
+        if c.get("do_normalize", True):
+            frames = [T.normalize(f, c.get("image_mean", [0.5] * 3), c.get("image_std", [0.5] * 3))
+                      for f in frames]
+        height, width = max(f.shape[0] for f in frames), max(f.shape[1] for f in frames)
+        pixels = np.zeros((len(frames), 3, height, width), np.float32)
+        mask = np.zeros((len(frames), height, width), bool)
+        for i, f in enumerate(frames):
+            pixels[i, :, :f.shape[0], :f.shape[1]] = f.transpose(2, 0, 1)
+            mask[i, :f.shape[0], :f.shape[1]] = True
+        return (pixels, mask), grids
+
+    def _tiles(self, image, split):
+        if self.config.get("do_resize", True):
+            image = T.resize(image, _longest_edge(*image.shape[:2], self.longest), self.resample)
+        if not split:
+            return [T.resize(image, (self.tile, self.tile), self.resample)], (0, 0)
+        image = T.resize(image, _multiples(*image.shape[:2], self.tile), self.resample)
+        height, width = image.shape[:2]
+        if height <= self.tile and width <= self.tile:
+            return [image], (0, 0)
+        rows, cols = -(-height // self.tile), -(-width // self.tile)
+        th, tw = -(-height // rows), -(-width // cols)
+        tiles = [image[r * th:min((r + 1) * th, height), c * tw:min((c + 1) * tw, width)]
+                 for r in range(rows) for c in range(cols)]
+        if (height, width) != (self.tile, self.tile):
+            image = T.resize(image, (self.tile, self.tile), self.resample)
+        return tiles + [image], (rows, cols)
+
+
+def _longest_edge(height, width, longest):
+    """image_processing_idefics3's _resize_output_size_rescale_to_max_len (min 1), then its
+    _resize_output_size_scale_below_upper_bound (4096)."""
+    ratio = width / height
+    if width >= height:
+        width, height = longest, int(longest / ratio)
+        height += height % 2
+    else:
+        height, width = longest, int(longest * ratio)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    ratio = width / height
+    if width >= height and width > MAX_IMAGE_SIZE:
+        width, height = MAX_IMAGE_SIZE, int(MAX_IMAGE_SIZE / ratio)
+    elif height > width and height > MAX_IMAGE_SIZE:
+        height, width = MAX_IMAGE_SIZE, int(MAX_IMAGE_SIZE * ratio)
+    return max(height, 1), max(width, 1)
+
+
+def _multiples(height, width, tile):
+    """resize_for_vision_encoder: both sides up to multiples of the tile, the aspect kept."""
+    ratio = width / height
+    if width >= height:
+        width = -(-width // tile) * tile
+        height = -(-int(width / ratio) // tile) * tile
+    else:
+        height = -(-height // tile) * tile
+        width = -(-int(height * ratio) // tile) * tile
+    return height, width
+
+
+def _side_model(repo, model, component, variant, required=True):
+    """The repo's ``component`` graph (onnx/vision_encoder*, embed_tokens*) beside ``model``."""
+    from ...model import load_beside
+
+    if repo is None:
+        raise PipelineError(f"A model loaded by hand needs {component}= (its transmuter.Model) "
+                            "or config= its repo folder")
+    names = [f.rsplit("/", 1)[-1] for f in repo.onnx_files()]
+    if not any(n.startswith(component) for n in names):
+        if not required:
+            return None
+        raise PipelineError(f"{repo.label} has no onnx/{component}*.onnx (the transformers.js "
+                            f"layout: vision_encoder, embed_tokens, decoder_model_merged); it has "
+                            f"{', '.join(sorted(names))}")
+    return load_beside(model, repo, repo.choose(component, variant).path)
+
+
+def _inputs(images, text):
+    """transformers' call forms as our inputs: a dict per chat or prompt."""
+    if text is None and _is_chat(images):
+        images, text = None, images
+    if text is None and isinstance(images, dict):
+        return images
+    if text is None and isinstance(images, (list, tuple)) and images and \
+            all(isinstance(i, dict) for i in images):
+        return list(images)
+    if _is_chat(text):
+        return {"messages": text, "images": images}
+    if isinstance(text, (list, tuple)) and text and all(_is_chat(t) or isinstance(t, str)
+                                                          for t in text):
+        images = [None] * len(text) if images is None else images
+        if len(images) != len(text):
+            raise PipelineError(f"{len(text)} texts but {len(images)} image lists: give one "
+                                "image list per text")
+        return [{"messages": t, "images": i} if _is_chat(t) else {"text": t, "images": i}
+                for t, i in zip(text, images)]
+    if text is None:
+        raise PipelineError("image-text-to-text needs text= (a prompt or chat messages)")
+    return {"text": text, "images": images}
+
+
+def _is_chat(x):
+    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(m, dict) and "role" in m
+                                                            for m in x)
+
+
+def _parts(message):
+    content = message.get("content")
+    return [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
+
+
+def _with_images(messages, images):
+    """transformers' add_images_to_messages: each image part without its own image takes the
+    next of ``images``; every image must be used."""
+    messages, left = copy.deepcopy(list(messages)), list(images)
+    chat_template.check_messages(messages)
+    for m in messages:
+        for part in _parts(m):
+            if part.get("type") == "image_url" and isinstance(part.get("image_url"), dict):
+                part.update(type="image", image=part.pop("image_url").get("url"))
+            if part.get("type") == "image" and not any(k in part for k in ("image", "url",
+                                                                            "path")):
+                if not left:
+                    raise PipelineError(f"The chat has more image parts than the {len(images)} "
+                                        "image(s) given: give one image per {'type': 'image'} "
+                                        "part, or put it in the part as 'image'")
+                part["image"] = left.pop(0)
+    if left:
+        raise PipelineError(f"{len(left)} image(s) were given beyond the chat's image parts: "
+                            "add a {'type': 'image'} part for each")
+    return messages
