@@ -358,6 +358,18 @@ def _checked_config(config, label):
                                   value < 1):
             raise HubError(f"{label}: config.json's {key} must be a positive int, got "
                            f"{value!r:.80}")
+    # read by every pipeline's choice of head and limits (a dict model_type escaped as an
+    # unhashable TypeError, a float architectures as 'not subscriptable'; issue 14)
+    kind, names, pad = (config.get(k) for k in ("model_type", "architectures", "pad_token_id"))
+    if kind is not None and not isinstance(kind, str):
+        raise HubError(f"{label}: config.json's model_type must be a string, got {kind!r:.80}")
+    if names is not None and not (isinstance(names, list) and
+                                  all(isinstance(n, str) for n in names)):
+        raise HubError(f"{label}: config.json's architectures must be a list of class names, "
+                       f"got {names!r:.80}")
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int)):
+        raise HubError(f"{label}: config.json's pad_token_id must be an int or null, got "
+                       f"{pad!r:.80}")
     return config
 
 

@@ -132,6 +132,23 @@ REPO_FILES = [  # (fixture, file, edit, the error's type name, its message)
      r"'image_mean' is ''"),
     ("vit", "preprocessor_config.json", _with(rescale_factor=float("inf")), "InputError",
      r"'rescale_factor' is inf, where an image processor takes a finite number"),
+    # issue 14 (fuzz 20261202:472, :734, :2103, 20261201:4670, :5794): AttributeError /
+    # TypeError / UnicodeEncodeError escaped from the tokenizer and the pipelines' config reads
+    ("bert-sequence-classification", "tokenizer_config.json",
+     _with(added_tokens_decoder={"0": "[PAD]"}), "TokenizerError",
+     r"added_tokens_decoder entry '0': '\[PAD\]' is not a token id and an object"),
+    ("bert-sequence-classification", "tokenizer_config.json", _with(added_tokens_decoder=[1]),
+     "TokenizerError", r"added_tokens_decoder is a JSON list"),
+    ("bert-sequence-classification", "tokenizer_config.json", _with(pad_token=["[PAD]"]),
+     "TokenizerError", r"pad_token is \['\[PAD\]'\], where a token's text"),
+    ("bert-sequence-classification", "tokenizer_config.json", _with(sep_token="\udcff"),
+     "TokenizerError", r"sep_token is '\\udcff', where a token's text \(a string of valid"),
+    ("bert-sequence-classification", "config.json", _with(model_type={"a": 1}), "HubError",
+     r"config.json's model_type must be a string, got \{'a': 1\}"),
+    ("bert-sequence-classification", "config.json", _with(architectures=1.5), "HubError",
+     r"config.json's architectures must be a list of class names, got 1.5"),
+    ("bert-sequence-classification", "config.json", _with(pad_token_id=[0]), "HubError",
+     r"config.json's pad_token_id must be an int or null, got \[0\]"),
 ]
 
 

@@ -64,7 +64,7 @@ class Tokenizer:
         self.clean_up_tokenization_spaces = bool(self.config.get("clean_up_tokenization_spaces",
                                                                  False))
         for name in ("pad", "unk", "cls", "sep", "mask", "bos", "eos"):
-            token = _content(self.config.get(f"{name}_token"))
+            token = _special_token(self.config, f"{name}_token")
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", None if token is None else backend.token_to_id(token))
         self.all_special_ids = self._special_ids()
@@ -110,7 +110,16 @@ class Tokenizer:
         ids = {i for i in (self.pad_token_id, self.unk_token_id, self.cls_token_id,
                            self.sep_token_id, self.mask_token_id, self.bos_token_id,
                            self.eos_token_id) if i is not None}
-        for key, info in (self.config.get("added_tokens_decoder") or {}).items():
+        added = self.config.get("added_tokens_decoder") or {}
+        if not isinstance(added, dict):
+            raise TokenizerError(f"tokenizer_config.json's added_tokens_decoder is a JSON "
+                                 f"{type(added).__name__}, where transformers reads an object "
+                                 '{"id": {"content": ..., "special": ...}}: fix or remove it')
+        for key, info in added.items():
+            if not isinstance(info, dict) or not str(key).isdigit():
+                raise TokenizerError(f"tokenizer_config.json's added_tokens_decoder entry "
+                                     f"{key!r:.40}: {info!r:.80} is not a token id and an object "
+                                     '{"content": ..., "special": ...}: fix or remove it')
             if info.get("special"):
                 ids.add(int(key))
         return ids
@@ -306,7 +315,7 @@ class MarianTokenizer:
                                                                  False))
         self.padding_side = "right"
         for name, default in (("eos", "</s>"), ("unk", "<unk>"), ("pad", "<pad>")):
-            token = _content(self.config.get(f"{name}_token")) or default
+            token = _special_token(self.config, f"{name}_token") or default
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", self.vocab.get(token))
         if self.unk_token_id is None or self.pad_token_id is None:
@@ -403,6 +412,26 @@ def _cleaned(text, clean, default):
 def _content(token):
     # tokenizer_config.json stores special tokens as strings or AddedToken dicts.
     return token.get("content") if isinstance(token, dict) else token
+
+
+def _special_token(config, key):
+    """The text of special token ``key`` of ``config`` (None when unset), refused with the
+    field when it is no string or no valid Unicode (a list escaped as TypeError from
+    tokenizers, a lone surrogate as UnicodeEncodeError)."""
+    token = _content(config.get(key))
+    if token is None:
+        return None
+    bad = not isinstance(token, str)
+    if not bad:
+        try:
+            token.encode("utf-8")
+        except UnicodeEncodeError:
+            bad = True
+    if bad:
+        raise TokenizerError(f"tokenizer_config.json's (or special_tokens_map.json's) {key} is "
+                             f"{token!r:.80}, where a token's text (a string of valid Unicode, "
+                             'or {"content": ...}) belongs: fix or remove it')
+    return token
 
 
 def _check_text(text, what):

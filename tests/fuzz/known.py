@@ -52,22 +52,6 @@ KNOWN = {
         "a batch of 100,000 (640 MB, under the machine's memory) through the whisper encoder "
         "on MLX under the worker's 6 GB address space: MLX segfaults when an allocation fails "
         "(1412:96)",
-    # Repo files of pipelines.
-    "repo/* | foreign OverflowError @ src/preprocess/tokenizer.py _set_truncation":
-        "model_max_length negative: OverflowError from tokenizers' enable_truncation",
-    "repo/list-for-dict * | foreign AttributeError @ src/variants.py choose_variant":
-        "config.json a list: AttributeError in variants.choose_variant",
-    "repo/* | foreign AttributeError @ src/preprocess/tokenizer.py repo_config":
-        "tokenizer_config.json / special_tokens_map.json a list: AttributeError in "
-        "tokenizer.repo_config",
-    "repo/* | foreign AttributeError @ src/preprocess/tokenizer.py _special_ids":
-        "added_tokens_decoder entries not dicts: AttributeError in tokenizer._special_ids",
-    "repo/* | foreign TypeError @ src/preprocess/tokenizer.py __init__":
-        "a special token (pad_token) given as a list: TypeError in Tokenizer.__init__",
-    "repo/* | foreign UnicodeEncodeError @ src/preprocess/tokenizer.py __init__":
-        "a special token holding a lone surrogate: UnicodeEncodeError in Tokenizer.__init__",
-    "repo/* | foreign TypeError @ src/pipelines/text/base.py _max_length":
-        "config.json model_type a dict: TypeError (unhashable) in text/base.py _max_length",
 }
 
 
