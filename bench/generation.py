@@ -3,6 +3,7 @@ transformers' generate on PyTorch, on the 12-layer hidden-512 GQA decoder of ben
 
     python bench/generation.py [--prompt 64] [--new 128] [--batch 1,8] [--precision fp32,int4]
                                [--backend jax|mlx] [--layers 12] [--repeat 3] [--no-torch]
+                               [--device-loop]
 
 Each run: a prompt of --prompt random tokens per row (all rows the same length), then --new
 greedy tokens (no eos stop: every row makes all of them). tokens/s = rows * new tokens / seconds
@@ -11,6 +12,9 @@ caches), then --repeat times, alternating with the other, and its best run count
 
 - Transmuter: ``Generator(model, config).generate(prompts, GenerationConfig(...))`` (the
   text-generation pipeline's loop: GroupQueryAttention cache buffer, host-side token choice).
+- ``--device-loop``: the same generate call with ``device_loop=True`` (the whole decode loop as
+  one compiled while_loop, generation/device_loop.py) timed beside it: its tokens/s, its ratio to
+  the host loop's, and how many of its tokens equal the host loop's.
 - onnxruntime: the same .onnx file, ORT_ENABLE_ALL, as many threads as cores, a plain greedy loop on
   a fixed KV buffer (the loop of bench/quantized.py, batched). The int4 file is run as built
   (MatMulNBits accuracy_level 4: onnxruntime quantizes activations to int8; Transmuter reads it as
@@ -77,12 +81,12 @@ def ort_generate(step, prompts, new, names):
     return np.stack(tokens, axis=1)
 
 
-def timed_pair(ours, theirs, repeat):
-    """Both peers warmed up, then ``repeat`` timed runs each, alternating (a shared machine's
-    slow spells hit both); the best run of each counts. Returns (out, seconds) per peer."""
-    results = [[np.asarray(fn()), float("inf")] for fn in (ours, theirs)]  # compiles / warms up
+def timed(fns, repeat):
+    """Every peer warmed up, then ``repeat`` timed runs each, alternating (a shared machine's
+    slow spells hit all); the best run of each counts. Returns (out, seconds) per peer."""
+    results = [[np.asarray(fn()), float("inf")] for fn in fns]  # compiles / warms up
     for _ in range(repeat):
-        for result, fn in zip(results, (ours, theirs)):
+        for result, fn in zip(results, fns):
             start = time.perf_counter()
             fn()
             result[1] = min(result[1], time.perf_counter() - start)
@@ -106,6 +110,7 @@ def main():
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--device-loop", action="store_true")
     args = parser.parse_args()
     folder = model_folder(args.layers)
     batches = [int(b) for b in args.batch.split(",")]
@@ -120,7 +125,8 @@ def main():
     theirs = {} if args.no_torch else torch_peer(folder / "hf", args.new, prompts)
     model_config = json.loads((folder / "hf" / "config.json").read_text())
     print(f"{'':5} {'batch':>5} {'transmuter tok/s':>16} {'ort tok/s':>10} {'torch tok/s':>12} "
-          f"{'vs ort':>7} {'vs torch':>8} {'same as ort':>11}")
+          f"{'vs ort':>7} {'vs torch':>8} {'same as ort':>11}"
+          + (f" {'device tok/s':>12} {'dev/host':>8} {'dev same':>9}" if args.device_loop else ""))
     for precision in args.precision.split(","):
         path = folder / precision / "model.onnx"
         model = transmuter.load(path, backend=args.backend)
@@ -128,9 +134,11 @@ def main():
         step = ort_step(path)
         for b in batches:
             rows = prompts[b]
-            (ours, our_s), (ref, ort_s) = timed_pair(
-                lambda: gen.generate(rows.tolist(), config),
-                lambda: ort_generate(step, rows, args.new, names), args.repeat)
+            peers = [lambda: gen.generate(rows.tolist(), config),
+                     lambda: ort_generate(step, rows, args.new, names)]
+            if args.device_loop:
+                peers.append(lambda: gen.generate(rows.tolist(), config, device_loop=True))
+            (ours, our_s), (ref, ort_s), *device = timed(peers, args.repeat)
             tokens = b * args.new
             ours_tps, ort_tps = tokens / our_s, tokens / ort_s
             same = f"{int((ours == ref).sum())}/{ref.size}"
@@ -139,8 +147,13 @@ def main():
                 torch_tps = tokens / theirs[b]["seconds"]
                 mark = "*" if precision != "fp32" else " "
                 torch_col, vs_torch = f"{torch_tps:>11.1f}{mark}", f"{ours_tps / torch_tps:>7.2f}x"
+            device_col = ""
+            if device:
+                (dev, dev_s), = device
+                device_col = (f" {tokens / dev_s:>12.1f} {our_s / dev_s:>7.2f}x "
+                              f"{int((dev == ours).sum()):>4}/{ours.size}")
             print(f"{precision:5} {b:>5} {ours_tps:>16.1f} {ort_tps:>10.1f} {torch_col:>12} "
-                  f"{ours_tps / ort_tps:>6.2f}x {vs_torch:>8} {same:>11}", flush=True)
+                  f"{ours_tps / ort_tps:>6.2f}x {vs_torch:>8} {same:>11}{device_col}", flush=True)
     if theirs:
         print("* PyTorch runs the fp32 model (it has no MatMulNBits kernel)")
 

@@ -5,8 +5,9 @@
 
 Rows keep their own lengths, positions, sampling noise and stop: a batched row gives the same
 tokens as alone. Logits come to the host once per step; the processors and the token choice run
-there on NumPy (they are written over the array namespace, so a backend may fuse them into the
-compiled step later).
+there on NumPy. They are written over the array namespace, so ``generate(..., device_loop=True)``
+runs them, the stop checks and the decode step inside one compiled while_loop instead
+(device_loop.py), with the same tokens.
 """
 
 import numpy as np
@@ -52,6 +53,7 @@ class Generator:
         self.context = next((self.model_config[k] for k in POSITION_LIMITS
                              if self.model_config.get(k)), None)
         self.stats = None
+        self._device = None  # the DeviceLoop, made on first use
 
     def _lengths(self, prompts, config):
         """Prompt lengths and new-token budgets [B]; a clear error past the model's context."""
@@ -70,19 +72,51 @@ class Generator:
             return GrowingCache(self, prompts, extra)
         return FixedCache(self, prompts, budget, width)
 
-    def generate(self, prompts, config, decode=None, on_step=None, extra=None, processors=()):
+    def generate(self, prompts, config, decode=None, on_step=None, extra=None, processors=(),
+                 device_loop=False):
         """New token ids per row (eos included when generated). ``on_step(tokens, active)`` sees
         each step's tokens [B] and which rows were still running. ``extra``: per-row arrays of
         the graph's ``extra_inputs``. ``processors`` run after those ``config`` asks for (a
-        model's own, as transformers appends custom processors: Whisper's timestamp rules)."""
+        model's own, as transformers appends custom processors: Whisper's timestamp rules).
+        ``device_loop``: True runs the decode loop as one compiled while_loop (device_loop.py),
+        an int k runs it k tokens per device call (``on_step`` then sees them every k)."""
         prompts = [list(map(int, p)) for p in prompts]
-        if config.num_beams > 1:
+        every = _device_steps(device_loop)
+        if config.num_beams > 1 and not device_loop:
             raise InputError("num_beams > 1: use Generator.beam_search")
         n, budget = self._lengths(prompts, config)
+        loop = self._device_loop() if device_loop else None  # refused before any work
+        if loop is not None and extra:
+            raise InputError("device_loop=True takes no extra inputs (an encoder's outputs): "
+                             "use device_loop=False")
         if budget.max() <= 0:
             return [[] for _ in prompts]
         with self.model.backend.scope():
+            if loop is not None:
+                return self._run_device(loop, prompts, n, budget, config, every, on_step,
+                                        processors)
             return self._run(prompts, n, budget, config, decode, on_step, extra, processors)
+
+    def check_device_loop(self, device_loop, config):
+        """InputError now for a ``device_loop`` value, backend, graph or ``config`` the device
+        loop refuses (a pipeline checks its options at construction)."""
+        _device_steps(device_loop)
+        if device_loop:
+            self._device_loop().check(config)
+
+    def _device_loop(self):
+        """The DeviceLoop of this generator (its compiled loops), made on first use."""
+        if self._device is None:
+            from .device_loop import DeviceLoop
+
+            self._device = DeviceLoop(self)
+        return self._device
+
+    def _run_device(self, loop, prompts, n, budget, config, every, on_step, custom):
+        generated, padding = loop.generate(prompts, n, budget, config, _pad_id(config), every,
+                                           on_step, custom)
+        self.stats = Stats(max(len(g) for g in generated), padding, [[len(g)] for g in generated])
+        return generated
 
     def beam_search(self, prompts, config, extra=None, processors=()):
         """``(sequences, scores)`` per prompt: ``num_return_sequences`` lists of new token ids
@@ -111,8 +145,7 @@ class Generator:
         stepper = self.stepper(prompts, int(budget.max()), extra)
         logits = stepper.start()
         done, generated = np.zeros(rows, bool), [[] for _ in prompts]
-        pad = config.pad_token_id if config.pad_token_id is not None else \
-            (config.eos_token_id or [0])[0]
+        pad = _pad_id(config)
         for _ in range(int(budget.max())):
             scores = logits.astype(np.float32)
             for proc in processors:
@@ -161,6 +194,23 @@ def token_summary(prompt_tokens, output_tokens, steps, prompt_padding):
     went on)."""
     return {"input": int(prompt_tokens), "output": int(output_tokens),
             "padding": int(prompt_padding) + int(steps) - int(output_tokens)}
+
+
+def _pad_id(config):
+    """The token finished rows are fed (and filled with): pad, else the first eos, else 0."""
+    return config.pad_token_id if config.pad_token_id is not None else \
+        (config.eos_token_id or [0])[0]
+
+
+def _device_steps(device_loop):
+    """Tokens per device call for ``device_loop`` (None: all of them in one); InputError unless
+    it is a bool or a positive int."""
+    if isinstance(device_loop, bool):
+        return None
+    if not isinstance(device_loop, int) or device_loop < 1:
+        raise InputError(f"device_loop must be True, False or a positive int (tokens per device "
+                         f"call), got {device_loop!r}")
+    return device_loop
 
 
 def _state(prompts, n, budget):

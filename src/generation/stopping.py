@@ -8,11 +8,14 @@ import numpy as np
 from ..errors import InputError
 
 
-def finished(tokens, lengths, max_lengths, eos_token_id):
-    """bool [B]: rows whose new token is an eos, or that reached their length limit."""
-    eos = np.isin(tokens, np.asarray(eos_token_id, np.int64)) if eos_token_id else \
-        np.zeros(tokens.shape, bool)
-    return eos | (lengths >= max_lengths)
+def finished(tokens, lengths, max_lengths, eos_token_id, xp=np):
+    """bool [B]: rows whose new token is an eos, or that reached their length limit (over the
+    array namespace ``xp``: NumPy on the host, jnp inside the device loop)."""
+    reached = lengths >= max_lengths
+    if not eos_token_id:
+        return reached
+    eos = xp.asarray(np.asarray(eos_token_id, np.int64))
+    return xp.any(tokens[:, None] == eos[None, :], axis=-1) | reached
 
 
 class StopStrings:

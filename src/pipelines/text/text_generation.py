@@ -6,6 +6,10 @@
     pipe("...", return_tensors=True)                   -> [{"generated_token_ids": prompt + new}]
 
 Generation settings start from the repo's generation_config.json; call options override them.
+``device_loop=True`` (a pipeline or call option) runs the decode loop as one compiled
+``lax.while_loop`` on the device (generation/device_loop.py; JAX, fixed-cache graphs): the same
+tokens, no token through the host until the end; an int k runs k tokens per device call (a
+stream then gets its chunks every k tokens; ``True`` streams every STREAM_EVERY).
 Chat messages render with the repo's chat template (``template_options`` such as
 ``enable_thinking=False``, ``tools``, ``documents`` reach it) and tokenize without special tokens,
 as ``apply_chat_template`` does. Inputs of one batch run together, each with its own length.
@@ -19,6 +23,9 @@ from ...preprocess import chat_template
 from ...preprocess.tokenizer import clean_up_tokenization
 from ..base import PipelineError
 from .base import TextPipeline, check_text
+
+# Tokens per device call when a stream runs with device_loop=True (an int sets its own).
+STREAM_EVERY = 8
 
 
 class TextGenerationPipeline(TextPipeline):
@@ -54,9 +61,10 @@ class TextGenerationPipeline(TextPipeline):
         chunk = next(iter(self.preprocess(inputs, **pre)))
         final = (lambda new: self._stream_summary(chunk["ids"], new[0], config)) \
             if post["summary"] else None
+        device_loop = STREAM_EVERY if fwd["device_loop"] is True else fwd["device_loop"]
         return stream_text(lambda on_step: self.generator.generate(
             [chunk["ids"]], config, decode=lambda ids: self._decode(ids, None),
-            on_step=on_step), lambda ids: self._decode(ids, None), final)
+            on_step=on_step, device_loop=device_loop), lambda ids: self._decode(ids, None), final)
 
     def _stream_summary(self, prompt_ids, new_ids, config):
         """The last item of a stream with ``token_summary=True``."""
@@ -73,17 +81,20 @@ class TextGenerationPipeline(TextPipeline):
     def _sanitize_parameters(self, return_full_text=None, return_tensors=None, return_text=None,
                              clean_up_tokenization_spaces=None, add_special_tokens=None,
                              template_options=None, tools=None, documents=None,
-                             chat_template_name=None, token_summary=False, **options):
+                             chat_template_name=None, token_summary=False, device_loop=False,
+                             **options):
         check_options(self.task, options)
         if template_options is not None and not isinstance(template_options, dict):
             raise PipelineError(f"template_options must be a dict, got {template_options!r:.80}")
         config = GenerationConfig.from_dicts(self.generation_file, self.config, **options)
+        if device_loop is not False:  # refused at once: the backend, the graph, the options
+            self.generator.check_device_loop(device_loop, config)
         pre = {"add_special_tokens": add_special_tokens, "template_options": template_options or {},
                "tools": tools, "documents": documents, "template_name": chat_template_name}
         post = {"return_type": "tensors" if return_tensors else
                 "new_text" if return_full_text is False else "full_text",
                 "clean_up": clean_up_tokenization_spaces, "summary": bool(token_summary)}
-        return pre, {"config": config}, post
+        return pre, {"config": config, "device_loop": device_loop}, post
 
     # --- inputs --------------------------------------------------------------------------------
 
@@ -114,7 +125,7 @@ class TextGenerationPipeline(TextPipeline):
 
     # --- the model -----------------------------------------------------------------------------
 
-    def _forward(self, chunks, config):
+    def _forward(self, chunks, config, device_loop=False):
         prompts = [c["ids"] for c in chunks]
         if config.num_beams > 1:
             new, _ = self.generator.beam_search(prompts, config)
@@ -123,7 +134,8 @@ class TextGenerationPipeline(TextPipeline):
         # num_return_sequences (sampling): each prompt runs that many rows, as generate expands
         r = config.num_return_sequences
         rows = [p for p in prompts for _ in range(r)]
-        flat = self.generator.generate(rows, config, decode=lambda ids: self._decode(ids, None))
+        flat = self.generator.generate(rows, config, decode=lambda ids: self._decode(ids, None),
+                                       device_loop=device_loop)
         summaries = [t[0] for t in self.generator.stats.summaries([len(p) for p in rows])]
         return [dict(c, new_ids=flat[i * r:(i + 1) * r], summaries=summaries[i * r:(i + 1) * r])
                 for i, c in enumerate(chunks)]
