@@ -10,8 +10,9 @@ first one waiting (or until ``max_batch_size`` are waiting) run as one pipeline 
 so they share the compiled batch shapes, and each caller gets exactly what ``pipe(input)`` gives.
 If that call raises, its inputs are run again one by one: each caller gets its own result or its
 own error, and one bad input never fails the others. Options are fixed when the server is made
-(``pipe.serve(top_k=None)``): calls that share a batch must share them. Generating tasks are
-refused: they need continuous batching (a new request joining a running decode), not this.
+(``pipe.serve(top_k=None)``): calls that share a batch must share them. ``text-generation`` on a
+fixed-cache decoder is served by continuous batching instead (generation/continuous.py: a new
+request joins the running decode in a free row); other generating tasks are refused.
 """
 
 import asyncio
@@ -26,68 +27,42 @@ from .pipelines.base import PipelineError, _positive_int
 _STOP = object()  # queued by close(): everything queued before it is served first
 
 
-class Server:
-    """A thread-safe callable over one non-generating pipeline (see the module docstring).
+def serve(pipeline, max_batch_size=None, batch_timeout_ms=None, **call_options):
+    """``pipeline.serve()``: a Server (dynamic batching) for a non-generating task, a
+    ContinuousServer (generation/continuous.py) for text-generation; other generating tasks
+    are refused."""
+    if not pipeline.generates:
+        return Server(pipeline, max_batch_size,
+                      5 if batch_timeout_ms is None else batch_timeout_ms, **call_options)
+    if pipeline.task == "text-generation":
+        from .generation.continuous import ContinuousServer
+        return ContinuousServer(pipeline, max_batch_size, batch_timeout_ms, **call_options)
+    raise PipelineError(
+        f"{pipeline.task} generates (a decoding loop per input): pipeline.serve() batches "
+        "non-generating tasks, and text-generation by continuous batching; this task's decoder "
+        "(an encoder-decoder or speech model) is not served. Call the pipeline on a list "
+        "(batch_size=) instead.")
 
-    ``max_batch_size``: most inputs per pipeline call (default: the pipeline's ``batch_size``);
-    ``batch_timeout_ms``: how long the first waiting input waits for others (0: take only those
-    already queued); ``call_options``: the pipeline's call options, for every call."""
 
-    def __init__(self, pipeline, max_batch_size=None, batch_timeout_ms=5, **call_options):
-        if pipeline.generates:
-            raise PipelineError(
-                f"{pipeline.task} generates (a decoding loop per input): dynamic batching serves "
-                "non-generating tasks only; generation needs continuous batching, which is "
-                "separate work. Call the pipeline on a list (batch_size=) meanwhile.")
+class _Worker:
+    """What the servers share: one daemon thread owning the pipeline, fed by a queue, and
+    close() (queued work finished first, new work refused)."""
+
+    def _start(self, pipeline):
         self.pipeline = pipeline
-        self.max_batch_size = _positive_int(
-            pipeline.batch_size if max_batch_size is None else max_batch_size, "max_batch_size")
-        self.batch_timeout = _timeout_s(batch_timeout_ms)
-        self.call_options = _checked_options(pipeline, call_options)
-        self.stats = {"requests": 0, "batches": 0, "largest_batch": 0, "reruns": 0}
         self._queue = queue.SimpleQueue()
-        self._lock = threading.Lock()  # orders submit() against close(): none lands after _STOP
+        self._lock = threading.Lock()  # orders _put() against close(): none lands after _STOP
         self._closed = False
         self._thread = threading.Thread(target=self._work, daemon=True,
                                         name=f"transmuter-serve-{pipeline.task}")
         self._thread.start()
 
-    def __repr__(self):
-        state = "closed" if self._closed else "open"
-        return (f"Server({self.pipeline!r}, max_batch_size={self.max_batch_size}, "
-                f"batch_timeout_ms={self.batch_timeout * 1000:g}, {state})")
-
-    # --- callers -------------------------------------------------------------------------------
-
-    def submit(self, inputs):
-        """Queue one input; a ``concurrent.futures.Future`` of its result. Cancelling it before
-        its batch starts drops it from the batch."""
-        if not self.pipeline._is_single(inputs):
-            raise PipelineError(
-                f"A server takes one input per call ({self.pipeline._input_kind()}); got "
-                f"{type(inputs).__name__}: {inputs!r:.80}. Call it once per input (from several "
-                "threads or tasks: they are batched), or call the pipeline on a list.")
-        future = concurrent.futures.Future()
+    def _put(self, item):
         with self._lock:
             if self._closed:
                 raise PipelineError(f"This {self.pipeline.task} server is closed: it takes no "
                                     "new calls. Make a new one with pipeline.serve().")
-            self._queue.put((inputs, future))
-        return future
-
-    def __call__(self, inputs, *, timeout=None):
-        """The result of ``inputs``, as ``pipeline(inputs, **call_options)`` gives it; blocks.
-        ``timeout`` (seconds) raises TimeoutError and drops the input if it has not started."""
-        future = self.submit(inputs)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
-
-    async def acall(self, inputs):
-        """``await server.acall(x)``: the result without blocking the event loop."""
-        return await asyncio.wrap_future(self.submit(inputs))
+            self._queue.put(item)
 
     def close(self):
         """Refuse new calls, finish the queued ones, join the worker. Closing again is a no-op."""
@@ -107,6 +82,60 @@ class Server:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Server(_Worker):
+    """A thread-safe callable over one non-generating pipeline (see the module docstring).
+
+    ``max_batch_size``: most inputs per pipeline call (default: the pipeline's ``batch_size``);
+    ``batch_timeout_ms``: how long the first waiting input waits for others (0: take only those
+    already queued); ``call_options``: the pipeline's call options, for every call."""
+
+    def __init__(self, pipeline, max_batch_size=None, batch_timeout_ms=5, **call_options):
+        if pipeline.generates:
+            raise PipelineError(
+                f"{pipeline.task} generates (a decoding loop per input): dynamic batching serves "
+                "non-generating tasks only; text-generation is served by continuous batching "
+                "(pipeline.serve() gives a generation.continuous.ContinuousServer).")
+        self.max_batch_size = _positive_int(
+            pipeline.batch_size if max_batch_size is None else max_batch_size, "max_batch_size")
+        self.batch_timeout = _timeout_s(batch_timeout_ms)
+        self.call_options = _checked_options(pipeline, call_options)
+        self.stats = {"requests": 0, "batches": 0, "largest_batch": 0, "reruns": 0}
+        self._start(pipeline)
+
+    def __repr__(self):
+        state = "closed" if self._closed else "open"
+        return (f"Server({self.pipeline!r}, max_batch_size={self.max_batch_size}, "
+                f"batch_timeout_ms={self.batch_timeout * 1000:g}, {state})")
+
+    # --- callers -------------------------------------------------------------------------------
+
+    def submit(self, inputs):
+        """Queue one input; a ``concurrent.futures.Future`` of its result. Cancelling it before
+        its batch starts drops it from the batch."""
+        if not self.pipeline._is_single(inputs):
+            raise PipelineError(
+                f"A server takes one input per call ({self.pipeline._input_kind()}); got "
+                f"{type(inputs).__name__}: {inputs!r:.80}. Call it once per input (from several "
+                "threads or tasks: they are batched), or call the pipeline on a list.")
+        future = concurrent.futures.Future()
+        self._put((inputs, future))
+        return future
+
+    def __call__(self, inputs, *, timeout=None):
+        """The result of ``inputs``, as ``pipeline(inputs, **call_options)`` gives it; blocks.
+        ``timeout`` (seconds) raises TimeoutError and drops the input if it has not started."""
+        future = self.submit(inputs)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    async def acall(self, inputs):
+        """``await server.acall(x)``: the result without blocking the event loop."""
+        return await asyncio.wrap_future(self.submit(inputs))
 
     # --- the worker ----------------------------------------------------------------------------
 

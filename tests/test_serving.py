@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import transmuter
+from transmuter import serving
 from transmuter.pipelines import PipelineError
 
 from .fixtures import ROOT, pipeline_reference
@@ -265,11 +266,13 @@ def test_bad_options_and_generating_tasks_are_refused(pipes):
             pipe.serve(**options)
     assert not pipe.generates and not pipes("image-classification").generates
     generator = transmuter.pipeline("text-generation", ROOT / "gpt2")
-    assert generator.generates
+    assert generator.generates  # served by continuous batching (test_continuous_batching.py)
     with pytest.raises(PipelineError, match="continuous batching"):
-        generator.serve()
+        serving.Server(generator)
     whisper = transmuter.pipeline("automatic-speech-recognition", ROOT / "whisper")
     assert whisper.generates  # through its ASR head's generator
+    with pytest.raises(PipelineError, match="not served"):
+        whisper.serve()
     ctc = transmuter.pipeline("automatic-speech-recognition", ROOT / "wav2vec2")
     assert not ctc.generates
     # label sets by position would go to whichever inputs share a batch: refused (no model
@@ -316,7 +319,8 @@ def test_http_embeddings_are_the_pipeline_s(app, pipes):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
     assert "input[1]" in bad.json()["error"]["message"]
     assert wrong.status_code == 400 and "list of strings" in wrong.json()["error"]["message"]
-    assert chat.status_code == 501 and "continuous batching" in chat.json()["error"]["message"]
+    # no chat model given to this app (test_continuous_batching.py serves one)
+    assert chat.status_code == 404 and "--chat-model" in chat.json()["error"]["message"]
 
 
 def test_http_asyncio_clients_share_batches(app, pipes):

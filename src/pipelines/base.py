@@ -97,12 +97,14 @@ class Pipeline:
         raise PipelineError(f"{self.task} takes {self._input_kind()}, a list of them, or an "
                             f"iterable of them; got {type(inputs).__name__}: {inputs!r:.80}")
 
-    def serve(self, max_batch_size=None, batch_timeout_ms=5, **call_options):
+    def serve(self, max_batch_size=None, batch_timeout_ms=None, **call_options):
         """A ``transmuter.serving.Server``: callable from many threads (and ``await
-        server.acall(x)``), one input per call; calls arriving within ``batch_timeout_ms`` run as
-        one call on a list of up to ``max_batch_size`` (default ``batch_size``) inputs."""
-        from ..serving import Server
-        return Server(self, max_batch_size, batch_timeout_ms, **call_options)
+        server.acall(x)``), one input per call; calls arriving within ``batch_timeout_ms``
+        (default 5) run as one call on a list of up to ``max_batch_size`` (default
+        ``batch_size``) inputs. text-generation gets a ``ContinuousServer`` instead
+        (generation/continuous.py: ``max_batch_size`` rows of one running decode)."""
+        from ..serving import serve
+        return serve(self, max_batch_size, batch_timeout_ms, **call_options)
 
     @property
     def generates(self):
