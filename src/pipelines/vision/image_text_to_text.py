@@ -48,10 +48,7 @@ class ImageTextToTextPipeline(Pipeline):
 
     def __init__(self, model, config=None, *, tokenizer, repo=None, encoder_variant=None,
                  vision_encoder=None, embed_tokens=None, **kwargs):
-        kind = (config or {}).get("model_type")
-        if kind not in MODEL_TYPES:
-            raise PipelineError(f"{self.task} runs Idefics3 / SmolVLM exports (model_type "
-                                f"{' or '.join(map(repr, MODEL_TYPES))}); this model is {kind!r}")
+        _check_model_type(config)
         self.tokenizer = tokenizer
         self.vision = vision_encoder or _side_model(repo, model, "vision_encoder",
                                                     encoder_variant, required=False)
@@ -72,6 +69,7 @@ class ImageTextToTextPipeline(Pipeline):
 
     @staticmethod
     def onnx_component(repo):
+        _check_model_type(repo.config())  # before the decoder file is looked for
         return "decoder_model_merged"
 
     # --- calling -------------------------------------------------------------------------------
@@ -372,6 +370,13 @@ class Idefics3Images:
         if (height, width) != (self.tile, self.tile):
             image = T.resize(image, (self.tile, self.tile), self.resample)
         return tiles + [image], (rows, cols)
+
+
+def _check_model_type(config):
+    kind = (config or {}).get("model_type")
+    if kind not in MODEL_TYPES:
+        raise PipelineError(f"image-text-to-text runs Idefics3 / SmolVLM exports (model_type "
+                            f"{' or '.join(map(repr, MODEL_TYPES))}); this model is {kind!r}")
 
 
 def _longest_edge(height, width, longest):

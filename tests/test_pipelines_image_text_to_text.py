@@ -1,0 +1,190 @@
+"""image-text-to-text (pipelines/vision/image_text_to_text.py) against transformers on the idefics3
+fixture (a tiny SmolVLM-shaped Idefics3, tests/support/families_idefics3.py), whose references
+tests/support/record_image_text_to_text.py recorded from the PyTorch model:
+
+- the processor: Idefics3Processor's input_ids (exactly: the image tokens expanded as it expands
+  them) and pixel_values / pixel_attention_mask (references/processor.npz). Both sides resize with
+  Pillow on the same uint8 pixels and rescale (float64 then float32) and normalize (float32) in
+  the same order, so the values should agree bit for bit; 1e-6 leaves room for NumPy's float32
+  rounding in the normalize only;
+- the pipeline: every recorded case (one image, two images in a chat, prompts with <image>,
+  splitting on and off, max_new_tokens, new text only, beam search, a continued assistant
+  message), on JAX and MLX: the records (text, chat form) identical and generate's token ids
+  identical;
+- a batch of two chats gives each chat's recorded ids; a seed repeats a sampled text; streaming
+  joins to the recorded new text; bad inputs are PipelineErrors.
+"""
+
+import copy
+import shutil
+
+import numpy as np
+import pytest
+
+import transmuter
+from transmuter.pipelines import PipelineError
+
+from .fixtures import ROOT, pipeline_reference
+
+TASK = "image-text-to-text"
+FIXTURE = "idefics3"
+FX = ROOT / FIXTURE
+_PIPES = {}
+
+
+def pipe(backend="jax"):
+    if backend not in _PIPES:
+        _PIPES[backend] = transmuter.pipeline(TASK, FX, backend=backend)
+    return _PIPES[backend]
+
+
+def reference():
+    return pipeline_reference(FIXTURE, TASK)
+
+
+def case(name):
+    return next(c for c in reference()["cases"] if c["name"] == name)
+
+
+def paths(rel):
+    return [str(FX / r) for r in rel]
+
+
+def relative(obj):
+    """Our records with the fixture's absolute image paths written as recorded (relative)."""
+    if isinstance(obj, dict):
+        return {k: relative(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [relative(v) for v in obj]
+    if isinstance(obj, str) and obj.startswith(str(FX) + "/"):
+        return obj[len(str(FX)) + 1:]
+    return obj
+
+
+def call(p, c, **extra):
+    """(records, token ids per record) of a recorded case, called as it was recorded."""
+    seen, post = [], p.postprocess
+
+    def spy(outputs, **params):
+        out = outputs[0]
+        seen.extend(list(out["ids"]) + list(map(int, new)) for new in out["new_ids"])
+        return post(outputs, **params)
+
+    p.postprocess = spy
+    try:
+        outs = p(text=copy.deepcopy(c["text"]), images=paths(c["images"]),
+                 **c["call_kwargs"], **extra)
+    finally:
+        del p.postprocess
+    return relative(outs), seen
+
+
+# --- processor ----------------------------------------------------------------------------------
+
+
+def test_processor_matches_transformers():
+    import json
+
+    meta = json.loads((FX / "references/processor.json").read_text())
+    data = np.load(FX / "references/processor.npz")
+    p = pipe()
+    for c in meta:
+        text = c["text"]
+        given = {"messages": text} if isinstance(text, list) else {"text": text}
+        chunk = next(p.preprocess(dict(given, images=paths(c["images"])),
+                                  split=c["kwargs"].get("do_image_splitting")))
+        name = c["name"]
+        assert chunk["ids"] == data[f"{name}/input_ids"][0].tolist(), name
+        pixels, mask = chunk["tiles"]
+        want = data[f"{name}/pixel_values"][0]
+        assert pixels.shape == want.shape, name
+        np.testing.assert_allclose(pixels, want, rtol=0, atol=1e-6, err_msg=name)
+        assert (mask == data[f"{name}/pixel_attention_mask"][0].astype(bool)).all(), name
+
+
+# --- generation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_matches_recorded_pipeline(backend):
+    p = pipe(backend)
+    for c in reference()["cases"]:
+        outs, ids = call(p, c)
+        assert outs == c["outputs"], c["name"]
+        assert ids == c["token_ids"], c["name"]
+
+
+def test_generation_settings_are_transformers():
+    want = reference()["generation_config"]
+    config = pipe()._sanitize_parameters()[1]["config"]
+    assert config.max_new_tokens == want["max_new_tokens"]  # the pipeline's 256
+    assert config.eos_token_id == [want["eos_token_id"]]
+    assert config.pad_token_id == want["pad_token_id"]
+
+
+def test_batch_of_chats_equals_each_recorded():
+    """Two chats in one call (one generate over both rows) give what transformers gave each
+    alone; greedy ids of max_new_tokens=7 are the first 7 of the 10-token record."""
+    a, b = case("one_image"), case("is_cat")
+    p = pipe()
+    seen, post = [], p.postprocess
+    p.postprocess = lambda outputs, **kw: (seen.append(
+        list(outputs[0]["ids"]) + list(map(int, outputs[0]["new_ids"][0]))), post(outputs, **kw))[1]
+    try:
+        p(text=[a["text"], b["text"]], images=[paths(a["images"]), paths(b["images"])],
+          max_new_tokens=7, batch_size=2)
+    finally:
+        del p.postprocess
+    prompt = len(a["token_ids"][0]) - a["call_kwargs"]["max_new_tokens"]
+    assert seen == [a["token_ids"][0][:prompt + 7], b["token_ids"][0]]
+
+
+def test_sampling_with_seed_repeats():
+    c = case("one_image")
+    p = pipe()
+    first, _ = call(p, c, do_sample=True, seed=3, top_k=20)
+    again, _ = call(p, c, do_sample=True, seed=3, top_k=20)
+    assert first == again
+
+
+def test_stream_joins_to_the_new_text():
+    c = case("new_text")
+    kwargs = {k: v for k, v in c["call_kwargs"].items() if k != "return_full_text"}
+    chunks = list(pipe()(text=copy.deepcopy(c["text"]), images=paths(c["images"]), stream=True,
+                         **kwargs))
+    assert "".join(chunks) == c["outputs"][0]["generated_text"]
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_more_image_parts_than_images():
+    c = case("two_images")
+    with pytest.raises(PipelineError, match="more image parts"):
+        pipe()(text=c["text"], images=paths(c["images"][:1]), max_new_tokens=1)
+    with pytest.raises(PipelineError, match="beyond the chat's image parts"):
+        pipe()(text=case("one_image")["text"], images=paths(c["images"]), max_new_tokens=1)
+    with pytest.raises(PipelineError, match="one image per <image>"):
+        pipe()(text="<image><image>Two", images=paths(c["images"][:1]), max_new_tokens=1)
+
+
+def test_prompt_past_the_context():
+    with pytest.raises(PipelineError, match="context is 512"):
+        pipe()(text="hello " * 600, max_new_tokens=1)
+    with pytest.raises(PipelineError, match="context of 512"):
+        pipe()(text="hello " * 100, max_new_tokens=400)
+
+
+def test_image_part_without_a_vision_encoder(tmp_path):
+    repo = tmp_path / "no-vision"
+    shutil.copytree(FX, repo)
+    (repo / "onnx/vision_encoder.onnx").unlink()
+    p = transmuter.pipeline(TASK, repo)
+    with pytest.raises(PipelineError, match="no vision encoder"):
+        p(text=case("one_image")["text"], images=paths(case("one_image")["images"]),
+          max_new_tokens=1)
+
+
+def test_not_an_idefics3_model():
+    with pytest.raises(PipelineError, match="Idefics3 / SmolVLM"):
+        transmuter.pipeline(TASK, ROOT / "llama")
