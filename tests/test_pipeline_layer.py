@@ -26,6 +26,7 @@ RUN_BY = {
     "zero-shot-entity-recognition": "tests/test_pipelines_gliner.py",
     "image-to-image": "tests/test_pipelines_image_to_image.py",
     "image-to-text": "tests/test_pipelines_image_to_text.py",
+    "image-text-to-text": "tests/test_pipelines_image_text_to_text.py",
     "zero-shot-object-detection": "tests/test_pipelines_zero_shot_detection.py",
     "text-to-speech": "tests/test_pipelines_tts.py",  # VITS and SpeechT5 references
 }
