@@ -1,9 +1,19 @@
-"""The benchmark decoder shared by bench/quantized.py and bench/generation.py: a random
-LlamaConfig (12 layers, hidden 512, 8 heads / 4 KV heads, MLP 1408, vocab 16384) built by
-onnxruntime-genai's model builder (fp32 and int4, CPU) in the genai environment
-($TRANSMUTER_GENAI_PYTHON, default /work/venvs/genai/bin/python: transformers 5, torch CPU, no
-network), into $TRANSMUTER_BENCH_CACHE (default ~/.cache/transmuter-bench), once. The PyTorch
-model the files were built from stays beside them (hf/), for the transformers peer."""
+"""The benchmark decoders shared by bench/quantized.py, bench/generation.py and
+bench/decode_step.py, by shape (``--shape``):
+
+- ``toy``: a random LlamaConfig (12 layers, hidden 512, 8 heads / 4 KV heads, MLP 1408, vocab
+  16384, untied);
+- ``smollm2``: SmolLM2-135M's shape (30 layers, hidden 576, MLP 1536, 9 heads / 3 KV heads,
+  head_dim 64, vocab 49152, tied embeddings: the builder's q4 file then shares one 4-bit matrix
+  between the GatherBlockQuantized embedding and the MatMulNBits lm_head);
+- ``qwen3``: Qwen3-0.6B's shape (28 layers, hidden 1024, MLP 3072, 16 heads / 8 KV heads,
+  head_dim 128, vocab 151936, tied, q/k RMS norms),
+
+random weights, built by onnxruntime-genai's model builder (fp32 and int4, CPU) in the genai
+environment ($TRANSMUTER_GENAI_PYTHON, default /work/venvs/genai/bin/python: onnxruntime-genai
+0.18, transformers 5, torch 2.13 CPU, no network), into $TRANSMUTER_BENCH_CACHE (default
+~/.cache/transmuter-bench), once. The PyTorch model the files were built from stays beside them
+(hf/), for the transformers peer."""
 
 import json
 import os
@@ -14,21 +24,35 @@ import textwrap
 import numpy as np
 import onnxruntime as ort
 
-CONFIG = dict(hidden_size=512, num_attention_heads=8, num_key_value_heads=4, head_dim=64,
-              intermediate_size=1408, vocab_size=16384, max_position_embeddings=2048,
-              rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
-              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_COMMON = dict(hidden_act="silu", bos_token_id=1, eos_token_id=2, pad_token_id=0)
+SHAPES = {
+    "toy": dict(arch="LlamaForCausalLM", layers=12, config=dict(
+        hidden_size=512, num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+        intermediate_size=1408, vocab_size=16384, max_position_embeddings=2048,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, **_COMMON)),
+    "smollm2": dict(arch="LlamaForCausalLM", layers=30, config=dict(  # SmolLM2-135M
+        hidden_size=576, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+        intermediate_size=1536, vocab_size=49152, max_position_embeddings=8192,
+        rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True, **_COMMON)),
+    "qwen3": dict(arch="Qwen3ForCausalLM", layers=28, config=dict(  # Qwen3-0.6B
+        hidden_size=1024, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+        intermediate_size=3072, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, **_COMMON)),
+}
+CONFIG = SHAPES["toy"]["config"]  # the default shape's config, for callers without --shape
 GENAI_PYTHON = os.environ.get("TRANSMUTER_GENAI_PYTHON", "/work/venvs/genai/bin/python")
 
 BUILD = textwrap.dedent("""
     import json, shutil, subprocess, sys, pathlib
     import torch, transformers
     out, layers, fixture = pathlib.Path(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3])
+    arch = sys.argv[5]
     hf = out / "hf"
-    cfg = transformers.LlamaConfig(num_hidden_layers=layers, **json.loads(sys.argv[4]))
-    cfg.architectures = ["LlamaForCausalLM"]
+    config_class = getattr(transformers, arch.replace("ForCausalLM", "Config"))
+    cfg = config_class(num_hidden_layers=layers, **json.loads(sys.argv[4]))
+    cfg.architectures = [arch]
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = getattr(transformers, arch)(cfg).eval()
     model.save_pretrained(hf)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(fixture / name, hf / name)  # the builder copies a tokenizer along
@@ -36,29 +60,43 @@ BUILD = textwrap.dedent("""
         subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
                         "-o", str(out / precision), "-p", precision, "-e", "cpu",
                         "-c", str(out / "cache")], check=True, stdout=subprocess.DEVNULL)
+    shutil.rmtree(out / "cache", ignore_errors=True)  # the builder's copy of hf/
 """)
 
 
-def build(folder, layers):
+def shape_config(shape="toy"):
+    """The transformers config (a dict) of a bench shape."""
+    return SHAPES[shape]["config"]
+
+
+def shape_layers(shape="toy", layers=None):
+    return layers or SHAPES[shape]["layers"]
+
+
+def build(folder, layers, shape):
     fixture = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "llama-gqa"
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"building the model into {folder} (once) ...", flush=True)
+    print(f"building the {shape} model into {folder} (once) ...", flush=True)
     subprocess.run([GENAI_PYTHON, "-c", BUILD, str(folder), str(layers), str(fixture),
-                    json.dumps(CONFIG)], check=True)
+                    json.dumps(shape_config(shape)), SHAPES[shape]["arch"]], check=True)
 
 
-def model_folder(layers):
-    """The folder holding hf/, fp32/model.onnx and int4/model.onnx (built on first use)."""
+def model_folder(layers=None, shape="toy"):
+    """The folder holding hf/, fp32/model.onnx and int4/model.onnx (built on first use);
+    ``layers`` defaults to the shape's own count."""
+    layers = shape_layers(shape, layers)
     cache = pathlib.Path(os.environ.get("TRANSMUTER_BENCH_CACHE",
                                         pathlib.Path.home() / ".cache" / "transmuter-bench"))
-    folder = cache / f"llama-gqa-{layers}x{CONFIG['hidden_size']}"
+    hidden = shape_config(shape)["hidden_size"]
+    name = f"llama-gqa-{layers}x{hidden}" if shape == "toy" else f"{shape}-{layers}x{hidden}"
+    folder = cache / name
     if not (folder / "int4" / "model.onnx").exists():
-        build(folder, layers)
+        build(folder, layers, shape)
     return folder
 
 
-def model_path(layers):
-    folder = model_folder(layers)
+def model_path(layers=None, shape="toy"):
+    folder = model_folder(layers, shape)
     return {p: folder / p / "model.onnx" for p in ("fp32", "int4")}
 
 
