@@ -1,8 +1,10 @@
 """Text-generation tokens/s: Transmuter's Generator vs an onnxruntime KV loop on the same file vs
-transformers' generate on PyTorch, on the 12-layer hidden-512 GQA decoder of bench/_decoder.py.
+transformers' generate on PyTorch, on a GQA decoder of bench/_decoder.py (--shape: the 12-layer
+hidden-512 toy, or SmolLM2-135M's or Qwen3-0.6B's shape, random weights).
 
-    python bench/generation.py [--prompt 64] [--new 128] [--batch 1,8] [--precision fp32,int4]
-                               [--backend jax|mlx] [--layers 12] [--repeat 3] [--no-torch]
+    python bench/generation.py [--shape toy|smollm2|qwen3] [--prompt 64] [--new 128]
+                               [--batch 1,8] [--precision fp32,int4] [--backend jax|mlx]
+                               [--layers N] [--repeat 3] [--no-torch]
                                [--device-loop]
 
 Each run: a prompt of --prompt random tokens per row (all rows the same length), then --new
@@ -36,7 +38,8 @@ import time
 import numpy as np
 
 import transmuter
-from _decoder import CONFIG, GENAI_PYTHON, kv_names, model_folder, ort_step
+from _decoder import CONFIG, GENAI_PYTHON, kv_names, model_folder, ort_step, shape_config, \
+    shape_layers
 from transmuter.generation.config import GenerationConfig
 from transmuter.generation.loop import Generator
 
@@ -61,11 +64,11 @@ TORCH = textwrap.dedent("""
 """)
 
 
-def ort_generate(step, prompts, new, names):
+def ort_generate(step, prompts, new, names, config=CONFIG):
     """Greedy on onnxruntime: prompt step, then new - 1 one-token steps on a fixed buffer."""
     rows, n = prompts.shape
     total = n + new
-    shape = (rows, CONFIG["num_key_value_heads"], 0, CONFIG["head_dim"])
+    shape = (rows, config["num_key_value_heads"], 0, config["head_dim"])
     feeds = {"input_ids": prompts, "attention_mask": np.ones((rows, n), np.int64)}
     feeds.update({k: np.zeros(shape, np.float32) for k in names})
     logits, presents = step(feeds)
@@ -107,20 +110,22 @@ def main():
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--batch", default="1,8")
     parser.add_argument("--precision", default="fp32,int4")
-    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--shape", default="toy", choices=["toy", "smollm2", "qwen3"])
+    parser.add_argument("--layers", type=int, default=None, help="default: the shape's own")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--device-loop", action="store_true")
     args = parser.parse_args()
-    folder = model_folder(args.layers)
+    cfg, layers = shape_config(args.shape), shape_layers(args.shape, args.layers)
+    folder = model_folder(layers, args.shape)
     batches = [int(b) for b in args.batch.split(",")]
     rng = np.random.default_rng(0)
-    prompts = {b: rng.integers(3, CONFIG["vocab_size"], (b, args.prompt)).astype(np.int64)
+    prompts = {b: rng.integers(3, cfg["vocab_size"], (b, args.prompt)).astype(np.int64)
                for b in batches}
-    names = kv_names(args.layers)
+    names = kv_names(layers)
     config = GenerationConfig(max_new_tokens=args.new, eos_token_id=[], pad_token_id=0)
-    print(f"decoder: {args.layers} layers, hidden {CONFIG['hidden_size']}, vocab "
-          f"{CONFIG['vocab_size']}; prompt {args.prompt} + {args.new} new tokens, greedy; "
+    print(f"decoder: {args.shape}, {layers} layers, hidden {cfg['hidden_size']}, vocab "
+          f"{cfg['vocab_size']}; load {os.getloadavg()[0]:.1f}; prompt {args.prompt} + {args.new} new tokens, greedy; "
           f"{os.cpu_count()} cores; backend {args.backend}", flush=True)
     theirs = {} if args.no_torch else torch_peer(folder / "hf", args.new, prompts)
     model_config = json.loads((folder / "hf" / "config.json").read_text())
@@ -135,7 +140,7 @@ def main():
         for b in batches:
             rows = prompts[b]
             peers = [lambda: gen.generate(rows.tolist(), config),
-                     lambda: ort_generate(step, rows, args.new, names)]
+                     lambda: ort_generate(step, rows, args.new, names, cfg)]
             if args.device_loop:
                 peers.append(lambda: gen.generate(rows.tolist(), config, device_loop=True))
             (ours, our_s), (ref, ort_s), *device = timed(peers, args.repeat)
