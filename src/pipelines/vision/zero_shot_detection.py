@@ -12,6 +12,9 @@ transformers runs the model once per (image, label), one text query each; here a
 with all its labels as its text queries (padded to the longest: OWL's text encoder is causal and
 pools at the end-of-text token, so padding changes no label's embedding, and the class head scores
 each query on its own), which gives the same scores within float32 rounding.
+
+Grounding DINO exports take the same inputs and options (and ``text_threshold``): their own
+logic is grounding_dino.py's; this class hands such a model (config.json's model_type) to it.
 """
 
 import numpy as np
@@ -27,11 +30,19 @@ class ZeroShotObjectDetectionPipeline(VisionPipeline):
     task = "zero-shot-object-detection"
     featurizers = ("image_processor", "tokenizer")
 
+    def __new__(cls, model, config=None, **kwargs):
+        if cls is ZeroShotObjectDetectionPipeline and (config or {}).get("model_type") == \
+                "grounding-dino":
+            from .grounding_dino import GroundingDinoDetectionPipeline
+            cls = GroundingDinoDetectionPipeline
+        return super().__new__(cls)
+
     def __init__(self, model, config=None, *, tokenizer, image_processor, **kwargs):
         self.tokenizer = tokenizer
         names, inputs = {v.name for v in model.outputs}, {v.name for v in model.inputs}
         if not {"logits", "pred_boxes"} <= names or not {"input_ids", "pixel_values"} <= inputs:
-            raise PipelineError(f"{self.task} runs OWL-ViT / OWLv2 detectors (input_ids and "
+            raise PipelineError(f"{self.task} runs OWL-ViT / OWLv2 / Grounding DINO detectors "
+                                "(input_ids and "
                                 "pixel_values in, logits and pred_boxes out); this graph takes "
                                 f"{sorted(inputs)} and gives {sorted(names)}")
         # Owlv2ImageProcessor pads each image to a square before resizing: its
@@ -63,7 +74,7 @@ class ZeroShotObjectDetectionPipeline(VisionPipeline):
                 "candidate_labels=, or a dict {'image': ..., 'candidate_labels': [...]}")
 
     def _sanitize_parameters(self, candidate_labels=None, text_queries=None, threshold=0.1,
-                             top_k=None, **unknown):
+                             top_k=None, exact_boxes=False, **unknown):
         super()._sanitize_parameters(**unknown)
         if text_queries is not None:  # transformers' old name
             candidate_labels = text_queries
@@ -73,7 +84,8 @@ class ZeroShotObjectDetectionPipeline(VisionPipeline):
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                                   or top_k < 0):
             raise PipelineError(f"top_k must be a non-negative int or None, got {top_k!r}")
-        return {"labels": labels}, {}, {"threshold": float(threshold), "top_k": top_k}
+        return {"labels": labels}, {}, {"threshold": float(threshold), "top_k": top_k,
+                                        "exact_boxes": bool(exact_boxes)}
 
     def preprocess(self, inputs, labels=None):
         if isinstance(inputs, dict):
@@ -132,7 +144,7 @@ class ZeroShotObjectDetectionPipeline(VisionPipeline):
         return {k: np.tile(v, (rows, 1)).astype(self._inputs[k].dtype, copy=False)
                 for k, v in feed.items()}
 
-    def postprocess(self, outputs, threshold=0.1, top_k=None):
+    def postprocess(self, outputs, threshold=0.1, top_k=None, exact_boxes=False):
         """post_process_object_detection for each label (transformers runs them one by one):
         sigmoid of the query's logit, kept above ``threshold`` (and non-zero), corners scaled to
         the image; then all labels' boxes sorted by score, the first ``top_k``."""
@@ -144,11 +156,23 @@ class ZeroShotObjectDetectionPipeline(VisionPipeline):
             scores = sigmoid(out["logits"].astype(np.float32))  # [boxes, labels]
         results = []
         for j, label in enumerate(out["labels"]):
-            for q in np.flatnonzero((scores[:, j] > np.float32(threshold)) & (scores[:, j] != 0)):
-                results.append({"score": float(scores[q, j]), "label": label,
-                                "box": box_dict(boxes[q])})
-        results.sort(key=lambda r: r["score"], reverse=True)
-        return results[:top_k] if top_k else results
+            results += detections(scores[:, j], boxes, label, threshold, exact_boxes)
+        return ranked(results, top_k)
+
+
+def detections(scores, boxes, label, threshold, exact=False):
+    """One label's boxes as the pipeline lists them from post_process_object_detection: score
+    above ``threshold`` and non-zero (its ``scores.nonzero()``), in query order."""
+    keep = np.flatnonzero((scores > np.float32(threshold)) & (scores != 0))
+    return [{"score": float(scores[q]), "label": label, "box": box_dict(boxes[q], exact)}
+            for q in keep]
+
+
+def ranked(results, top_k):
+    """All labels' boxes best first (a stable sort, as transformers' ``sorted``), the first
+    ``top_k`` (0 or None: all)."""
+    results.sort(key=lambda r: r["score"], reverse=True)
+    return results[:top_k] if top_k else results
 
 
 def _labels(candidate_labels):
