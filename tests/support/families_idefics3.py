@@ -280,9 +280,9 @@ def references(d: Path, tok):
     ids = np.array([first, first[::-1]])  # two rows of one length
     emb = ec.encoder_reference(onnx_dir / "embed_tokens.onnx", {"input_ids": ids})
     ec.save_reference(d / "references/embed_tokens.npz", emb)
-    ec.save_reference(d / "references/decoder_model_merged.npz",
-                      decoder_steps(onnx_dir / "decoder_model_merged.onnx", emb[0][1]["inputs_embeds"],
-                                    onnx_dir / "embed_tokens.onnx"))
+    steps = decoder_steps(onnx_dir / "decoder_model_merged.onnx", emb[0][1]["inputs_embeds"],
+                          onnx_dir / "embed_tokens.onnx")
+    ec.save_reference(d / "references/decoder_model_merged.npz", steps)
 
 
 def decoder_steps(path, embeds, embed_path, n_cached=3):
