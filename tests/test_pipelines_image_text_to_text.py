@@ -6,7 +6,9 @@ tests/support/record_image_text_to_text.py recorded from the PyTorch model:
   them) and pixel_values / pixel_attention_mask (references/processor.npz). Both sides resize with
   Pillow on the same uint8 pixels and rescale (float64 then float32) and normalize (float32) in
   the same order, so the values should agree bit for bit; 1e-6 leaves room for NumPy's float32
-  rounding in the normalize only;
+  rounding in the normalize only; also the real SmolVLM-256M-Instruct processor files
+  (../shared/hub-files: 512-pixel tiles, 2048 longest edge, its 49k tokenizer) on one image
+  (references/processor_smolvlm.npz: ids, and every 16th pixel of the 40 MB pixel_values);
 - the pipeline: every recorded case (one image, two images in a chat, prompts with <image>,
   splitting on and off, max_new_tokens, new text only, beam search, a continued assistant
   message), on JAX and MLX: the records (text, chat form) identical and generate's token ids
@@ -25,6 +27,9 @@ import transmuter
 from transmuter.pipelines import PipelineError
 
 from .fixtures import ROOT, pipeline_reference
+
+SMOLVLM = ROOT.parents[2] / "shared" / "hub-files" / "HuggingFaceTB" / "SmolVLM-256M-Instruct"
+REAL_PROMPT, REAL_STRIDE = "<image>Can you describe this image?", 16  # as recorded
 
 TASK = "image-text-to-text"
 FIXTURE = "idefics3"
@@ -100,6 +105,32 @@ def test_processor_matches_transformers():
         assert pixels.shape == want.shape, name
         np.testing.assert_allclose(pixels, want, rtol=0, atol=1e-6, err_msg=name)
         assert (mask == data[f"{name}/pixel_attention_mask"][0].astype(bool)).all(), name
+
+
+def test_real_smolvlm_processor_matches_transformers():
+    """The processor at SmolVLM-256M's real sizes and tokenizer (no model needed)."""
+    import json
+
+    from transmuter import hub
+    from transmuter.preprocess.image import load_image
+    from transmuter.preprocess.image_idefics3 import Idefics3Images, expand_prompt
+    from transmuter.preprocess.tokenizer import Tokenizer
+
+    if not SMOLVLM.is_dir():
+        pytest.skip("needs ../shared/hub-files/HuggingFaceTB/SmolVLM-256M-Instruct")
+    ref = np.load(FX / "references/processor_smolvlm.npz")
+    config = json.loads((SMOLVLM / "preprocessor_config.json").read_text())
+    seq_len = json.loads((SMOLVLM / "processor_config.json").read_text())["image_seq_len"]
+    (pixels, mask), grids = Idefics3Images(config).process(
+        [load_image(FX / "references/image_0.png")])
+    text = expand_prompt(REAL_PROMPT, grids, seq_len)
+    ids = Tokenizer.from_repo(hub.resolve(SMOLVLM)).encode(text, truncation=False).ids
+    assert ids == ref["input_ids"].tolist()
+    assert list(pixels.shape) == ref["pixel_shape"].tolist()
+    # same Pillow resize and float steps: equal up to float32 rounding (see the module doc)
+    np.testing.assert_allclose(pixels[:, :, ::REAL_STRIDE, ::REAL_STRIDE], ref["pixels"],
+                               rtol=0, atol=1e-6)
+    assert list(mask.shape) == ref["mask_shape"].tolist() and mask.sum() == ref["mask_sum"]
 
 
 # --- generation ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import numpy as np
 from . import image_transforms as T
 
 MAX_IMAGE_SIZE = 4096  # image_processing_idefics3.MAX_IMAGE_SIZE
+IMAGE, FAKE, GLOBAL = "<image>", "<fake_token_around_image>", "<global-img>"
 
 
 class Idefics3Images:
@@ -95,3 +96,20 @@ def _multiples(height, width, tile):
         height = -(-height // tile) * tile
         width = -(-int(height * ratio) // tile) * tile
     return height, width
+
+
+def expand_prompt(text, grids, image_seq_len):
+    """Idefics3Processor's prompt: each <image> of ``text`` as its tiles' rows (``grids``: the
+    (rows, cols) of each image; (0, 0) for an unsplit one) and then the global image."""
+    pieces = text.split(IMAGE)
+    out = pieces[0]
+    for (rows, cols), rest in zip(grids, pieces[1:]):
+        image = IMAGE * image_seq_len
+        if rows == 0 and cols == 0:
+            block = f"{FAKE}{GLOBAL}{image}{FAKE}"
+        else:
+            block = "".join("".join(f"{FAKE}<row_{r + 1}_col_{c + 1}>{image}"
+                                    for c in range(cols)) + "\n" for r in range(rows))
+            block += f"\n{FAKE}{GLOBAL}{image}{FAKE}"
+        out += block + rest
+    return out

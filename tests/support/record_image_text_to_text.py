@@ -10,6 +10,10 @@ Writes, in the fixture's references/:
 - ``processor.npz`` + ``processor.json``: Idefics3Processor's input_ids, pixel_values and
   pixel_attention_mask for each case of PROCESSOR_CASES (chat templates rendered by
   ``apply_chat_template``, prompts by the processor itself);
+- ``processor_smolvlm.npz``: the real SmolVLM-256M-Instruct processor
+  (../shared/hub-files: its tokenizer, 512-pixel tiles, 2048 longest edge) on image_0 with a
+  prompt: input_ids, the pixel_values' shape and every 16th pixel of each row and column (the
+  whole array is 40 MB), the pixel_attention_mask's shape and sum;
 - ``pipeline_image-text-to-text.json``: ``{"task", "generation_config", "cases": [{"name",
   "images": [paths], "text": chat or prompt, "call_kwargs", "outputs", "token_ids"}]}``, each
   case's ``outputs`` the pipeline's records (images in ``input_text`` replaced by their path) and
@@ -145,6 +149,23 @@ def record_processor(proc):
     (FX / "references/processor.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
+REAL_PROMPT = "<image>Can you describe this image?"
+REAL_STRIDE = 16
+
+
+def record_real():
+    """The real SmolVLM processor's outputs (its files in ../shared/hub-files)."""
+    from transformers import Idefics3Processor
+
+    proc = Idefics3Processor.from_pretrained(fi.HUB)
+    feed = proc(images=load_images([0]), text=REAL_PROMPT, return_tensors="np")
+    pixels, mask = feed["pixel_values"][0], feed["pixel_attention_mask"][0]
+    np.savez_compressed(FX / "references/processor_smolvlm.npz",
+                        input_ids=feed["input_ids"][0], pixel_shape=np.array(pixels.shape),
+                        pixels=pixels[:, :, ::REAL_STRIDE, ::REAL_STRIDE],
+                        mask_shape=np.array(mask.shape), mask_sum=np.array(mask.sum()))
+
+
 def plain(records, idx):
     """Pipeline records as JSON: the chat's PIL images replaced by their paths."""
     out = []
@@ -205,6 +226,7 @@ def main():
     check_graphs(m)
     proc = Idefics3Processor.from_pretrained(FX)
     record_processor(proc)
+    record_real()
     record_pipeline(m, proc)
 
 

@@ -31,13 +31,12 @@ from ...generation.config import check_options
 from ...generation.streaming import stream as stream_text
 from ...preprocess import chat_template
 from ...preprocess.image import load_image
-from ...preprocess.image_idefics3 import Idefics3Images
+from ...preprocess.image_idefics3 import IMAGE, Idefics3Images, expand_prompt
 from ...preprocess.tokenizer import clean_up_tokenization
 from ..base import Pipeline, PipelineError
 
 PIPELINE_DEFAULTS = {"max_new_tokens": 256}  # transformers' _default_generation_config (4.57)
 MODEL_TYPES = ("idefics3", "smolvlm")
-IMAGE, FAKE, GLOBAL = "<image>", "<fake_token_around_image>", "<global-img>"
 
 
 class ImageTextToTextPipeline(Pipeline):
@@ -153,7 +152,7 @@ class ImageTextToTextPipeline(Pipeline):
             raise PipelineError("This model has no vision encoder (onnx/vision_encoder*.onnx): "
                                 "give text without images")
         tiles, grids = self.images.process([load_image(i) for i in images], split)
-        expanded = self._expand(text, grids)
+        expanded = expand_prompt(text, grids, self.image_seq_len)
         bos = self.tokenizer.config.get("bos_token")
         bos = bos.get("content") if isinstance(bos, dict) else bos
         ids = self.tokenizer.encode(expanded, truncation=False, add_special_tokens=not (
@@ -183,21 +182,6 @@ class ImageTextToTextPipeline(Pipeline):
             at = text.rindex(tag.strip())
             text = text[:at] if text[at:at + len(tag)] == tag else text[:at].rstrip()
         return text
-
-    def _expand(self, text, grids):
-        """Idefics3Processor's prompt: each <image> as its tiles' rows and the global image."""
-        pieces = text.split(IMAGE)
-        out = pieces[0]
-        for (rows, cols), rest in zip(grids, pieces[1:]):
-            image = IMAGE * self.image_seq_len
-            if rows == 0 and cols == 0:
-                block = f"{FAKE}{GLOBAL}{image}{FAKE}"
-            else:
-                block = "".join("".join(f"{FAKE}<row_{r + 1}_col_{c + 1}>{image}"
-                                        for c in range(cols)) + "\n" for r in range(rows))
-                block += f"\n{FAKE}{GLOBAL}{image}{FAKE}"
-            out += block + rest
-        return out
 
     # --- the model -----------------------------------------------------------------------------
 
