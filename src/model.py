@@ -69,13 +69,16 @@ class Model:
             self.graph = parse_graph(proto.graph)
         except Exception as e:
             raise ModelLoadError(f"Cannot parse the ONNX graph: {e}") from e
-        if compute_type not in (None, "f32", "float32"):
+        if compute_type not in (None, "f32", "float32", "bf16", "bfloat16"):
             raise ModelLoadError(f"compute_type={compute_type!r}: use None (the graph's own "
-                                 "types) or 'f32' (half graphs computed in float32)")
+                                 "types), 'f32' (half graphs computed in float32) or 'bf16' "
+                                 "(float32 graphs computed in bfloat16, weights kept float32)")
         if compute_type is not None:
-            from .precision import upcast_half
+            from . import precision
 
-            upcast_half(self.graph)
+            rewrite = precision.downcast_float if compute_type.startswith("bf") else \
+                precision.upcast_half
+            rewrite(self.graph)
         self._resolve_ops()
         loaded = dict(self.graph.initializers)
         _prepare_weights(self.graph)
@@ -314,6 +317,11 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
     the rest. Integer, quantized and half weights are refused: fine-tune the fp32 export.
     ``model.apply(params, **inputs)`` is the function to differentiate; ``transmuter.save``
     writes the trained weights back into the ONNX file.
+
+    ``compute_type``: None computes in the graph's own types; "f32" runs a half-precision
+    graph in float32 (as onnxruntime does on CPU); "bf16" runs a float32 graph in bfloat16 with
+    its weights kept float32 (mixed precision: each weight is read through a cast, so gradients
+    and saved weights stay float32; for accelerators with bfloat16 units: on CPU it gains nothing).
 
     ``compile_cache`` (JAX): where compiled shapes are kept for the next process. None (the
     default) reads TRANSMUTER_COMPILE_CACHE, else ``~/.cache/transmuter/jax``; a folder puts

@@ -17,7 +17,9 @@ up to float64 rounding, and stored in float32. The exporter de-duplicates equal 
 (every LayerNorm gamma at 1 is one tensor) and transposes MatMul weights, so the gradient of an
 ONNX initializer is the sum of its PyTorch parameters' gradients, each transposed back as needed.
 
-``curve`` (or ``python record_finetune.py curve``) also records the token-classification curve
+``curve`` (or ``python record_finetune.py curve``) also records the same 30 steps under
+``torch.autocast("cpu", torch.bfloat16)`` (``finetune_curve_bf16.npz``, for compute_type="bf16"),
+and records the token-classification curve
 (``record_token_curve``) and records the loss of 30 AdamW steps of the BERT
 classifier on CURVE_TEXTS / CURVE_LABELS in batches of CURVE_BATCH (in order, no shuffling),
 tokenized by the fixture's own tokenizer (transformers' AutoTokenizer on the fixture folder,
@@ -195,7 +197,11 @@ CURVE_STEPS = 30
 CURVE_ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
 
 
-def record_curve(name="bert-sequence-classification"):
+def record_curve(name="bert-sequence-classification", autocast=False):
+    """``autocast``: the forward under ``torch.autocast("cpu", torch.bfloat16)`` (mixed
+    precision: float32 weights, bfloat16 matmuls), into finetune_curve_bf16.npz."""
+    import contextlib
+
     import torch
     from transformers import AutoTokenizer
 
@@ -222,7 +228,11 @@ def record_curve(name="bert-sequence-classification"):
         rows = batches[step % len(batches)]
         feed = tok([CURVE_TEXTS[i] for i in rows], padding=True, return_tensors="pt")
         out.setdefault(f"ids/{step % len(batches)}", feed["input_ids"].numpy())
-        loss = torch.nn.functional.cross_entropy(model(**feed).logits,
+        cast = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else \
+            contextlib.nullcontext()
+        with cast:
+            logits = model(**feed).logits
+        loss = torch.nn.functional.cross_entropy(logits.float(),
                                                  torch.tensor([CURVE_LABELS[i] for i in rows]))
         optimizer.zero_grad()
         loss.backward()
@@ -231,7 +241,8 @@ def record_curve(name="bert-sequence-classification"):
     out.update(loss=np.array(losses, np.float32), trained=np.array(trained),
                texts=np.array(CURVE_TEXTS), labels=np.array(CURVE_LABELS), batch=CURVE_BATCH,
                **{f"adamw/{k}": np.array(v) for k, v in CURVE_ADAMW.items()})
-    np.savez_compressed(d / "references" / "finetune_curve.npz", **out)
+    stem = "finetune_curve_bf16" if autocast else "finetune_curve"
+    np.savez_compressed(d / "references" / f"{stem}.npz", **out)
     print(f"{name}: {len(trained)} of {len(mapping)} initializers train; loss "
           f"{losses[0]:.5f} -> {losses[-1]:.5f}")
 
@@ -397,6 +408,7 @@ def record_token_curve(name="bert-token-classification"):
 def main(argv):
     if argv == ["curve"]:
         record_curve()
+        record_curve(autocast=True)
         record_embedding_curves()
         record_token_curve()
         return 0
