@@ -3,12 +3,16 @@ malformed graph is refused at load with the reason, never run into a KeyError, a
 promotion or an answer for an opset nobody defined.
 
 Structural checks (cheap, on the proto): opset imports, single assignment of every name, every
-read name defined, every graph output produced, no negative dimension. Types: onnx's own type
-inference, run on a copy without the weights (their types and shapes are all it reads), and only
-its type conflicts refused: ONNX Runtime refuses those too, while it tolerates declared shapes that
-disagree with inference (onnxruntime-genai's builder declares rank-0 shapes on rank-1 Constants).
+read name defined, every graph output produced, no negative dimension. Types and shapes: onnx's own
+inference, run as ONNX Runtime runs it at load: on a copy without the weights (their types and
+shapes are all it reads), its nodes in topological order and its value_info dropped (declared
+shapes of intermediate values are hints ONNX Runtime overrides: onnxruntime-genai's builder
+declares rank-0 shapes on rank-1 Constants). Every error of an op's inference (a type its schema
+refuses, an axis past the rank, MatMul dimensions that do not fit, in If branches too) is refused,
+as ONNX Runtime refuses it; a graph output's declared shape that inference contradicts is not.
 """
 
+import heapq
 import math
 import re
 
@@ -19,8 +23,9 @@ import onnx.shape_inference
 from .errors import ModelLoadError
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
-# how onnx's inference words a type conflict (its other errors are shapes, or ops it cannot infer)
-TYPE_CONFLICTS = ("inconsistent type", "elem type differs")
+# onnx's inference errors that ONNX Runtime does not make: a declared shape it contradicts
+# (ONNX Runtime takes the inferred one), a node of a domain opset_import lacks (version 1 there)
+LENIENT = ("existing shape differ", "No opset import for domain")
 # the newest opset of each standard domain that the installed onnx defines
 NEWEST = {"": onnx.defs.onnx_opset_version(),
           "ai.onnx.ml": max(row[3] for row in onnx.helper.VERSION_TABLE if row[3])}
@@ -31,7 +36,8 @@ CONTRIB_OPSETS = {"com.microsoft": 1}
 def validate(proto: onnx.ModelProto):
     """Raise ModelLoadError with the first reason ``proto`` is not a valid ONNX model."""
     _check_opsets(proto)
-    _check_graph(proto.graph, outer=frozenset())
+    _check_strings(proto.graph)
+    _check_graph(proto.graph, outer=frozenset(), sources=frozenset())
     opsets = {("" if e.domain in DEFAULT_DOMAINS else e.domain): e.version
               for e in proto.opset_import}
     _check_nodes(proto.graph, opsets)
@@ -145,23 +151,41 @@ def _check_opsets(proto):
                                  f"knows {known})")
 
 
-def _check_graph(graph, outer):
+def _check_strings(graph):
+    """Names, op types and domains are text: protobuf hands a field of invalid UTF-8 (a flipped
+    byte) back as bytes, which ONNX Runtime's parser refuses."""
+    for node in graph.node:
+        for field, value in (("op_type", node.op_type), ("domain", node.domain),
+                             ("name", node.name), *(("input", v) for v in node.input),
+                             *(("output", v) for v in node.output)):
+            if not isinstance(value, str):
+                raise ModelLoadError(f"A node of graph {graph.name!r:.60} has an {field} that is "
+                                     f"not valid UTF-8 ({value[:60]!r}): the file is corrupt")
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                _check_strings(sub)
+
+
+def _check_graph(graph, outer, sources):
     """Single assignment within ``graph``; every name it reads defined here or in ``outer``
-    (the enclosing graphs' names, for the bodies of If, Loop and Scan)."""
+    (the enclosing graphs' names, for the bodies of If, Loop and Scan); none it writes an
+    enclosing graph's input or initializer (``sources``; a merged decoder's branches do write
+    their If's own outputs, which ONNX Runtime takes)."""
     where = f"graph {graph.name!r}" if graph.name else "the graph"
     for tensor in graph.initializer:
         if any(d < 0 for d in tensor.dims):
             raise ModelLoadError(f"Initializer {tensor.name!r} of {where} has a negative "
                                  f"dimension: {list(tensor.dims)}")
     # an initializer may repeat a graph input's name (the input's default value): allowed
-    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer} | \
+    given = {v.name for v in graph.input} | {t.name for t in graph.initializer} | \
         {s.values.name for s in graph.sparse_initializer}
+    defined = set(given)
     for node in graph.node:  # a domain opset_import lacks is version 1, as ONNX Runtime takes it
         for name in node.output:
-            if name and name in defined:
-                raise ModelLoadError(f"{_label(node)} writes {name!r}, which {where} already "
-                                     "defines (a graph input, an initializer or another node's "
-                                     "output): each name is assigned once")
+            if name and (name in defined or name in sources):
+                raise ModelLoadError(f"{_label(node)} writes {name!r}, which {where} or a graph "
+                                     "around it already defines (a graph input, an initializer "
+                                     "or another node's output): each name is assigned once")
             defined.add(name)
     known = defined | outer
     for node in graph.node:
@@ -172,7 +196,7 @@ def _check_graph(graph, outer):
         for attr in node.attribute:
             for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
                 _check_arity(node, attr.name, sub)
-                _check_graph(sub, known)
+                _check_graph(sub, known, sources | given)
     for out in graph.output:
         if out.name not in known:
             raise ModelLoadError(f"Output {out.name!r} of {where} is produced by no node, input "
@@ -202,11 +226,11 @@ def _check_types(proto):
     try:
         onnx.shape_inference.infer_shapes(_weightless(proto), check_type=True, strict_mode=True)
     except onnx.shape_inference.InferenceError as e:
-        conflicts = [line for line in _errors(str(e)) if any(
-            what in line for what in TYPE_CONFLICTS)]
+        conflicts = [line for line in _errors(str(e)) if not any(
+            what in line for what in LENIENT)]
         if conflicts:
-            raise ModelLoadError(f"The graph's types do not agree: {'; '.join(conflicts[:3])}") \
-                from None
+            raise ModelLoadError("The graph's types or shapes do not agree: "
+                                 f"{'; '.join(conflicts[:3])}") from None
     except Exception:  # noqa: BLE001 - inference's own limits (an op it does not know) are not
         pass           # the file's fault; the runner checks what it runs
 
@@ -232,10 +256,11 @@ def _weightless(proto):
     """``proto`` with each main-graph initializer made a typed graph input: the copy inference
     reads is small whatever the weights weigh."""
     graph = onnx.GraphProto(name=proto.graph.name)
-    graph.node.extend(proto.graph.node)
+    graph.node.extend(_sorted(proto.graph))
     graph.output.extend(proto.graph.output)
-    graph.value_info.extend(proto.graph.value_info)
     graph.input.extend(proto.graph.input)
+    for sub in _subgraphs(graph):
+        sub.ClearField("value_info")
     given = {v.name for v in proto.graph.input}
     for tensor in proto.graph.initializer:
         if tensor.name not in given:
@@ -248,3 +273,46 @@ def _weightless(proto):
     model = onnx.ModelProto(ir_version=proto.ir_version, graph=graph)
     model.opset_import.extend(proto.opset_import)
     return model
+
+
+def _subgraphs(graph):
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                yield sub
+                yield from _subgraphs(sub)
+
+
+def _sorted(graph):
+    """``graph``'s nodes in an order where each reads only values made before it (ONNX Runtime
+    sorts them; onnx's inference reads them in file order): file order where it allows, a
+    node's subgraph reads counted as its own. A cycle keeps its file order."""
+    nodes = list(graph.node)
+    maker = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    users = [[] for _ in nodes]
+    waits = [0] * len(nodes)
+    for i, node in enumerate(nodes):
+        for j in {maker[name] for name in _reads(node) if name in maker} - {i}:
+            users[j].append(i)
+            waits[i] += 1
+    ready = [i for i, w in enumerate(waits) if not w]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in users[i]:
+            waits[k] -= 1
+            if not waits[k]:
+                heapq.heappush(ready, k)
+    if len(order) < len(nodes):
+        return nodes
+    return [nodes[i] for i in order]
+
+
+def _reads(node):
+    yield from node.input
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+            for inner in sub.node:
+                yield from _reads(inner)

@@ -58,6 +58,24 @@ def test_inputs_that_cannot_be_taken_are_named(value, match):
         transmuter.run(model, {"x": value, "y": np.ones(2, np.int64)})
 
 
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_a_declared_dim_of_0_is_enforced(backend):
+    """issue 14 (fuzz 20261202:187): a graph input declared [0, 2] takes only empty rows, as
+    ONNX Runtime checks it; a 0 was skipped as if it were no fixed dim."""
+    import onnxruntime as ort
+
+    model = make_model([helper.make_node("Relu", ["x"], ["z"])], [info("x", T.FLOAT, [0, 2])],
+                       [info("z", T.FLOAT, [0, 2])])
+    session = ort.InferenceSession(model.SerializeToString())
+    ours = transmuter.load(model, backend=backend)
+    with pytest.raises(Exception, match="invalid dimensions"):  # noqa: B017 - ORT's own type
+        session.run(None, {"x": np.ones((1, 2), np.float32)})
+    with pytest.raises(InputError, match=r"'x' has shape \[1, 2\], but the graph declares"):
+        transmuter.run(ours, {"x": np.ones((1, 2), np.float32)})
+    empty = np.ones((0, 2), np.float32)
+    assert transmuter.run(ours, {"x": empty})["z"].shape == session.run(None, {"x": empty})[0].shape
+
+
 def test_a_static_input_given_again_unchanged_is_accepted():
     model = transmuter.load(add_model())
     x, y = np.ones(2, np.float32), np.array([1, 2], np.float32)

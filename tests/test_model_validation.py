@@ -66,6 +66,32 @@ def contrib_opset(version):
     return model
 
 
+def in_if_branch(node):
+    """``node`` (reading x, writing t) as the then-branch of an If on a constant condition."""
+    branch = helper.make_graph([node], "then", [], [info("t", T.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [info("e", T.FLOAT, None)])
+    return make_model([helper.make_node("If", ["c"], ["z"], then_branch=branch,
+                                        else_branch=other)],
+                      [X], [info("z", T.FLOAT, None)], {"c": np.array(True)})
+
+
+def unsorted_sqrt_of_int64():
+    """Sqrt reading an int64 made by a node after it: onnx's inference, in file order, sees no
+    type yet; ONNX Runtime sorts the nodes and refuses the type (fuzz 20261202:406)."""
+    return make_model([helper.make_node("Sqrt", ["j"], ["z"]),
+                       helper.make_node("Identity", ["i"], ["j"])],
+                      [info("i", T.INT64, [1])], [info("z", T.INT64, [1])])
+
+
+def invalid_utf8_domain():
+    """A flipped byte in a node's domain (fuzz 20261202:1376): protobuf hands it back as bytes."""
+    model = one_node("Relu", ["x"])
+    model.graph.node[0].domain = "ai.onnx.xy"
+    data = model.SerializeToString().replace(b"ai.onnx.xy", b"ai.onnx.\xff\xfe")
+    return onnx.ModelProto.FromString(data)
+
+
 CASES = {
     "initializer shadowing a node output": (
         lambda: add(initializers={"z": np.ones(2, np.float32)}), "writes 'z'.*assigned once"),
@@ -81,7 +107,7 @@ CASES = {
     "declared output type ignored": (
         lambda: add(output=info("z", T.INT64, [2])), r"float32\) vs \(int64"),
     "Add of mismatched types": (
-        lambda: add(y=info("y", T.INT64, [2])), "types do not agree.*inconsistent type"),
+        lambda: add(y=info("y", T.INT64, [2])), "types or shapes do not agree.*inconsistent type"),
     "a Loop body of the wrong arity": (
         lambda: make_model([helper.make_node("Loop", ["M", "", "x"], ["z"], body=helper.make_graph(
             [helper.make_node("Identity", ["c"], ["c_out"])], "body",
@@ -119,6 +145,24 @@ CASES = {
     "SkipSimplifiedLayerNormalization epsilon < 0": (
         lambda: skip_norm(-1.0), "'epsilon' is -1.0, where SkipSimplifiedLayerNormalization "
         "takes a finite value >= 0"),
+    # issue 14 (fuzz 20261202:406, :464, :75, :1717, :1376): inference errors past type
+    # conflicts, in If branches too, in the nodes' sorted order; corrupt strings
+    "a type the op's schema refuses (nodes out of order)": (
+        unsorted_sqrt_of_int64, "Sqrt.*has unsupported type: tensor\\(int64\\)"),
+    "MatMul dimensions that do not fit": (
+        lambda: make_model([helper.make_node("MatMul", ["a", "b"], ["z"])],
+                           [info("a", T.FLOAT, [2, 3]), info("b", T.FLOAT, [4, 5])],
+                           [info("z", T.FLOAT, None)]), "Incompatible dimensions"),
+    "a Concat axis past the rank in an If branch": (
+        lambda: in_if_branch(helper.make_node("Concat", ["x", "x"], ["t"], axis=2**31 - 1)),
+        "If.*Concat.*axis must be in \\[-rank, rank-1\\]"),
+    "float Gather indices in an If branch": (
+        lambda: in_if_branch(helper.make_node("Gather", ["x", "x"], ["t"])),
+        "Gather.*indices typestr: Tind, has unsupported type: tensor\\(float\\)"),
+    "a node domain of invalid UTF-8": (invalid_utf8_domain, "domain that is not valid UTF-8"),
+    "an If branch writing an outer graph's input": (  # fuzz: gpt2's branch writing input_ids
+        lambda: in_if_branch(helper.make_node("Relu", ["x"], ["x"])),
+        "'Relu' \\(Relu\\) writes 'x', which graph 'then' or a graph around it"),
 }
 
 
