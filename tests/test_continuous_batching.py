@@ -118,7 +118,11 @@ def test_a_finished_row_takes_the_next_request_at_once():
     assert got == alone
     assert order[-1] == 0 and sorted(order[:-1]) == [1, 2, 3, 4, 5]
     # the long row: 1 token from its prefill, 23 steps; the short rows share those steps
-    assert server.stats == {"requests": 6, "steps": 23, "largest_batch": 2, "joined": 5}
+    stats = server.stats
+    assert (stats["requests"], stats["steps"], stats["largest_batch"]) == (6, 23, 2)
+    # the first short one may be prefilled with the long one (both queued before the worker
+    # took them): the other four joined a running decode
+    assert stats["joined"] >= 4
 
 
 def test_a_bad_request_fails_alone():
@@ -210,6 +214,7 @@ def test_refused_servers():
                              ({"batch_timeout_ms": 5}, "batch_timeout_ms"),
                              ({"num_beams": 2}, "Beam search"),
                              ({"batch_size": 4}, "batch_size"),
+                             ({"cache_length": 0}, "cache_length"),
                              ({"temperature": -1}, "temperature")]:
         with pytest.raises(transmuter.TransmuterError, match=message):
             p.serve(**options)

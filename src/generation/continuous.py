@@ -8,14 +8,15 @@
     async for chunk in server.astream(messages): ...
 
 One worker thread owns ``max_batch_size`` rows of one fixed-capacity KV cache (the
-GroupQueryAttention and position_ids modes of cache.py). A request is prefilled alone (a one-row
-steppers.FixedCache, as the pipeline runs it alone, into a buffer as long as the rows') and its
-cache copied into a free row; it joins the next decode step, which runs every busy row at its own
-position. A row that ends (eos, its token budget, a stop string) is free for the next request at
-once. Each row keeps the pipeline's per-call settings (processors, warpers, a sampler seeded by its
-own request and drawing once per own step), so its tokens are those of the request run alone.
-The buffer grows (a new compiled step shape) when a request needs more positions than it has.
-Growing-cache decoders (merged decoders without position_ids) and beam search are refused.
+GroupQueryAttention and position_ids modes of cache.py; rows.py). Requests that find free rows
+are prefilled together (a steppers.FixedCache over their prompts, as the pipeline runs a batch,
+into a buffer as long as the rows') and their caches copied into free rows; they join the next
+decode step, which runs every busy row at its own position. A row that ends (eos, its token
+budget, a stop string) is free for the next request at once. Each row keeps its request's
+settings (processors, warpers, a sampler keyed by its request's seed and drawing once per own
+step: Sampler.split), so its tokens are those of the request run alone through the pipeline.
+The buffer grows (a new compiled step shape) when a request needs more positions than it has,
+unless ``cache_length`` sized it. Growing-cache decoders and beam search are refused.
 """
 
 import asyncio
@@ -31,7 +32,8 @@ from ..serving import _STOP, _Worker
 from .loop import token_summary
 from .processors import State, build as build_processors
 from .sampling import Sampler, build_warpers
-from .steppers import FixedCache, _Stepper
+from .rows import Rows
+from .steppers import cache_capacity
 from .stopping import StopStrings, finished
 from .streaming import TextStreamer, _Final
 
@@ -40,10 +42,12 @@ _END = object()  # a stream's last item
 
 class ContinuousServer(_Worker):
     """A thread-safe text-generation server (module docstring). ``max_batch_size``: rows decoded
-    together (default: the pipeline's ``batch_size``); ``call_options``: defaults of every
-    request, which its own options override (``server(x, max_new_tokens=8)``)."""
+    together (default: the pipeline's ``batch_size``); ``cache_length``: positions each row's
+    buffer holds from the start (default: as the requests need, growing); ``call_options``:
+    defaults of every request, which its own options override (``server(x, max_new_tokens=8)``)."""
 
-    def __init__(self, pipeline, max_batch_size=None, batch_timeout_ms=None, **call_options):
+    def __init__(self, pipeline, max_batch_size=None, batch_timeout_ms=None, *,
+                 cache_length=None, **call_options):
         gen = pipeline.generator
         if gen.layout.mode == "grow":
             raise PipelineError(
@@ -59,7 +63,9 @@ class ContinuousServer(_Worker):
         self.call_options = dict(call_options)
         self._request(pipeline, "x", {})  # bad defaults (num_beams=2) fail here, not per call
         self.stats = {"requests": 0, "steps": 0, "largest_batch": 0, "joined": 0}
-        self._batch = _Rows(gen, self.rows)
+        self._batch = Rows(gen, self.rows)
+        if cache_length is not None:  # sized now: no step shape compiled while serving
+            self._batch.grow(cache_capacity(_positive_int(cache_length, "cache_length")))
         self._start(pipeline)
 
     def __repr__(self):
@@ -166,37 +172,47 @@ class ContinuousServer(_Worker):
             waiting.append(item)
 
     def _admit(self, waiting):
-        """Prefill waiting requests, oldest first, while there are rows for them."""
-        while waiting and waiting[0].config.num_return_sequences <= self._batch.free():
+        """Prefill waiting requests, oldest first, while there are rows for them: those taken
+        together run as one prefill call."""
+        running, taken, rows = self._batch.busy(), [], self._batch.free()
+        while waiting and waiting[0].config.num_return_sequences <= rows:
             request = waiting.popleft()
-            if not request.start():
-                continue
-            running = self._batch.busy()
-            try:
-                self._prefill(request)
-            except Exception as error:  # noqa: BLE001 -- this request's error, not the server's
+            if request.start() and self._prepare(request):
+                taken.append(request)
+                rows -= request.config.num_return_sequences
+        if not taken:
+            return
+        try:
+            logits = self._batch.prefill(taken)
+            for request, row_logits in zip(taken, logits):
+                for seq in request.sequences:
+                    self._advance(seq, row_logits)
+        except Exception as error:  # noqa: BLE001 -- these requests' error, not the server's
+            for request in taken:
                 self._batch.release(request)
                 request.fail(error)
-                continue
-            self.stats["requests"] += 1
-            self.stats["joined"] += bool(running)
+        self.stats["requests"] += len(taken)
+        self.stats["joined"] += len(taken) if running else 0
 
-    def _prefill(self, request):
+    def _prepare(self, request):
+        """Its prompt ids and sequences; whether it needs a row (False: it failed, or has no
+        token budget and is answered already)."""
         pipe = self.pipeline
-        chunk = next(iter(pipe.preprocess(request.inputs, **request.pre)))
-        request.chunk, config = chunk, request.config
-        n, budget = pipe.generator._lengths([chunk["ids"]], config)
-        request.budget = int(budget[0])
-        decode = lambda ids: pipe._decode(ids, None)  # noqa: E731
-        request.sequences = [_Sequence(request, chunk["ids"], s, decode)
-                             for s in Sampler(config.do_sample, config.seed,
-                                              config.num_return_sequences).split()]
-        if request.budget <= 0:  # as generate: no step, no token
-            return request.finish(pipe)
-        logits, padding = self._batch.prefill(request, chunk["ids"], request.budget)
-        for seq in request.sequences:
-            seq.padding = padding
-            self._advance(seq, logits[0])
+        try:
+            chunk = next(iter(pipe.preprocess(request.inputs, **request.pre)))
+            request.chunk, config = chunk, request.config
+            n, budget = pipe.generator._lengths([chunk["ids"]], config)
+            request.budget = int(budget[0])
+            decode = lambda ids: pipe._decode(ids, None)  # noqa: E731
+            request.sequences = [_Sequence(request, chunk["ids"], s, decode)
+                                 for s in Sampler(config.do_sample, config.seed,
+                                                  config.num_return_sequences).split()]
+            if request.budget > 0:
+                return True
+            request.finish(pipe)  # as generate: no step, no token
+        except Exception as error:  # noqa: BLE001 -- this request's own error
+            request.fail(error)
+        return False
 
     def _step(self):
         batch = self._batch
@@ -338,101 +354,6 @@ class _Sequence:
         if self is self.request.sequences[0]:
             self.request.token(self, token)
         return self.ended
-
-
-class _Rows(_Stepper):
-    """``rows`` rows of one KV cache ``capacity`` positions long: prefills copied in, one decode
-    step over all of them, each row at its own position (free rows run a dummy token)."""
-
-    def __init__(self, gen, rows):
-        super().__init__(gen)
-        backend, xp = gen.model.backend, gen.model.backend.xp
-        self.rows, self.capacity, self.caches = rows, 0, None
-        self.owner = [None] * rows
-        self._put_row = backend.compile(lambda c, new, r: _put_row(xp, c, new, r),
-                                        donate_argnums=(0,))
-        self._write_at = backend.compile(lambda c, new, at: _write_at(xp, c, new, at),
-                                         donate_argnums=(0,))
-
-    def busy(self):
-        return any(s is not None for s in self.owner)
-
-    def free(self):
-        return self.owner.count(None)
-
-    def free_row(self, seq):
-        if seq.row is not None and self.owner[seq.row] is seq:
-            self.owner[seq.row] = None
-        seq.row = None
-
-    def release(self, request):
-        for seq in request.sequences:
-            self.free_row(seq)
-
-    def prefill(self, request, prompt, budget):
-        """The prompt alone in a one-row FixedCache as long as the rows (longer ones first
-        grow them), copied into a free row per sequence; (its last logits [1, V], padding)."""
-        stepper = FixedCache(self.gen, [prompt], budget)  # sized as the pipeline sizes it alone
-        if stepper.capacity > self.capacity:
-            self._grow(stepper.capacity)
-        elif stepper.capacity < self.capacity:  # cache_capacity(capacity) is capacity itself
-            stepper = FixedCache(self.gen, [prompt], self.capacity - stepper.width)
-        logits = stepper.start()
-        for seq in request.sequences:
-            seq.row = self.owner.index(None)
-            self.owner[seq.row] = seq
-            at = self._device(seq.row)
-            self.caches = {k: self._put_row(v, stepper.caches[k], at)
-                           for k, v in self.caches.items()}
-        return logits, int(stepper.prompt_padding()[0])
-
-    def step(self):
-        """Logits [rows, V] of each row's last token fed at its position."""
-        tokens, positions = np.zeros(self.rows, np.int64), np.zeros(self.rows, np.int64)
-        for row, seq in enumerate(self.owner):
-            if seq is not None:
-                tokens[row], positions[row] = seq.generated[-1], seq.position
-        columns = np.arange(self.capacity)[None, :]
-        feed = {"input_ids": tokens[:, None]}
-        if self.layout.has_positions:
-            feed["position_ids"] = positions[:, None]
-        if self.layout.mode == "inplace":  # the op writes at each row's valid length
-            feed["attention_mask"] = (columns <= positions[:, None]).astype(np.int64)
-        else:  # the row's past, then the new token's column
-            feed["attention_mask"] = np.concatenate(
-                [columns < positions[:, None], np.ones((self.rows, 1), bool)], 1).astype(np.int64)
-        out = self._call(self.gen.fn, feed, self.caches)
-        if self.layout.mode == "inplace":
-            self.caches = {info.name: out[present] for info, present in self.layout.pairs}
-        else:  # each row's new key/value at its own position (its slot in the buffer)
-            at = self._device(positions)
-            self.caches = {info.name: self._write_at(self.caches[info.name],
-                                                     out[present][:, :, self.capacity:], at)
-                           for info, present in self.layout.pairs}
-        return np.asarray(out[self.layout.logits])[:, -1]
-
-    def _grow(self, capacity):
-        """Longer buffers, the rows' contents kept (positions are where they were)."""
-        xp = self.gen.model.backend.xp
-        empty = self.layout.empty(self.rows, capacity, self.gen.model_config)
-        if self.caches is None:
-            self.caches = {k: self.gen.model.backend.asarray(v) for k, v in empty.items()}
-        else:
-            self.caches = {k: xp.concatenate([v, xp.asarray(empty[k][:, :, self.capacity:])],
-                                             axis=2) for k, v in self.caches.items()}
-        self.capacity = capacity
-
-
-def _put_row(xp, cache, new, row):
-    """``cache`` [R, ...] with ``new`` [1, ...] as its row ``row`` (a traced scalar)."""
-    hit = xp.arange(cache.shape[0]) == row
-    return xp.where(xp.reshape(hit, (-1,) + (1,) * (cache.ndim - 1)), new, cache)
-
-
-def _write_at(xp, cache, new, at):
-    """``cache`` [R, H, L, D] with ``new`` [R, H, 1, D] at position ``at[r]`` of each row."""
-    hit = xp.arange(cache.shape[2])[None, :] == at[:, None]
-    return xp.where(xp.reshape(hit, (cache.shape[0], 1, cache.shape[2], 1)), new, cache)
 
 
 def _item(request, item):
