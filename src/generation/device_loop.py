@@ -8,7 +8,7 @@ logits processors and warpers, the token choice (argmax, or Gumbel-max with the 
 noise: sampling.gumbel), the stop checks (eos ids, each row's length limit) and the graph's
 decode step — runs inside one compiled while_loop, so no token comes to the host until the loop
 ends, or every ``every`` tokens (the loop then runs ``every`` steps per call: a stream). The
-carry is the host loop's state in fixed shapes: caches, the pending logits, the ids and lengths
+carry is the host loop's state in fixed shapes: caches, the last tokens, the ids and lengths
 the processors read, which rows are done, the tokens so far ([B, capacity], pad-filled).
 
 Tokens equal the host loop's: the same processors (written over the array namespace), the same
@@ -74,25 +74,24 @@ class DeviceLoop:
         rows, total = len(prompts), int(budget.max())
         stepper = FixedCache(self.gen, prompts, total)
         logits = stepper.start()
-        carry, consts = self._start(stepper, logits, n, budget, config, pad)
-        run, done_at = self._loop(config, custom), 0
-        while done_at < total:
-            stop_at = total if every is None else min(done_at + every, total)
-            with self.gen.model.backend.persistent_cache(self.gen.fn.compile_cache):
+        carry, consts = self._start(stepper, n, budget, config, pad)
+        first, run = self._loop(config, custom)
+        with self.gen.model.backend.persistent_cache(self.gen.fn.compile_cache):
+            carry = first(carry, consts, self.gen.model.backend.asarray(logits))  # token 0
+            start, done_at = 0, 1
+            while done_at < total and not bool(np.asarray(carry["done"]).all()):
+                # a stream's calls end at multiples of ``every`` tokens
+                stop_at = total if every is None else min((done_at // every + 1) * every, total)
                 carry = run(carry, dict(consts, stop_at=np.int64(stop_at)))
-            self.calls += 1
-            start, done_at = done_at, int(carry["t"])
-            counts = np.asarray(carry["lengths"]) - n
-            if on_step is not None:
-                out = np.asarray(carry["out"][:, start:done_at])
-                for j in range(done_at - start):
-                    on_step(out[:, j], counts > start + j)
-            if bool(np.asarray(carry["done"]).all()):
-                break
+                self.calls += 1
+                done_at = int(carry["t"])
+                if every is not None:
+                    start = _report(on_step, carry, n, start, done_at)
+        _report(on_step, carry, n, start, done_at)
         out, counts = np.asarray(carry["out"]), np.asarray(carry["lengths"]) - n
         return [out[b, :counts[b]].tolist() for b in range(rows)], stepper.prompt_padding()
 
-    def _start(self, stepper, logits, n, budget, config, pad):
+    def _start(self, stepper, n, budget, config, pad):
         """The loop's carry (donated each call) and constants, from the prompt's stepper."""
         rows, capacity = len(n), stepper.capacity
         ids = np.zeros((rows, capacity), np.int64)
@@ -100,8 +99,8 @@ class DeviceLoop:
             ids[b, :len(p)] = p
         mask = stepper.mask if stepper.mask is not None else np.zeros((rows, 0), np.int64)
         asarray = self.gen.model.backend.asarray
-        carry = {"caches": stepper.caches, "mask": asarray(mask), "logits": asarray(logits),
-                 "ids": asarray(ids), "lengths": asarray(n.astype(np.int64)),
+        carry = {"caches": stepper.caches, "mask": asarray(mask),
+                 "last": asarray(np.zeros(rows, np.int64)), "ids": asarray(ids), "lengths": asarray(n.astype(np.int64)),
                  "done": asarray(np.zeros(rows, bool)),
                  "out": asarray(np.full((rows, capacity), pad, np.int64)),
                  "t": asarray(np.int64(0))}
@@ -111,34 +110,44 @@ class DeviceLoop:
         return carry, consts
 
     def _loop(self, config, custom):
-        """The compiled loop for ``config``'s processors (built once per distinct setting)."""
+        """``(first, run)`` for ``config``'s processors, compiled once per distinct setting:
+        ``first`` chooses token 0 from the prompt's logits; ``run`` loops decode step, then
+        choice, until ``stop_at`` tokens or every row is done (so, as in the host loop, no step
+        runs after the last token, and no branch in the loop copies the caches)."""
         key = (repr(dataclasses.replace(config, max_length=1, max_new_tokens=None, seed=None,
                                         pad_token_id=None, num_return_sequences=1)),
                tuple(id(p) for p in custom))
         loop = self._loops.get(key)
         if loop is None:
             procs = [*_processors.build(config), *custom, *_sampling.build_warpers(config)]
-            body = self._body(procs, config)
+            choose = self._chooser(procs, config)
+
+            def body(c, k):
+                logits, caches, mask = self._step(c, k)
+                return choose(dict(c, caches=caches, mask=mask), k, logits)
 
             def run(carry, consts):
                 return jax.lax.while_loop(
                     lambda c: (c["t"] < consts["stop_at"]) & ~self.xp.all(c["done"]),
                     lambda c: body(c, consts), carry)
 
-            loop = self.gen.model.backend.compile(
-                run, donate_argnums=(0,), dequantized_dots=self.gen.fn._dequantizes)
+            compile = self.gen.model.backend.compile
+            dots = self.gen.fn._dequantizes
+            loop = (compile(choose, donate_argnums=(0,)),
+                    _guarded(compile(run, donate_argnums=(0,), dequantized_dots=dots)))
             if len(self._loops) >= _LOOP_CACHE_SIZE:
                 self._loops.pop(next(iter(self._loops)))
-            self._loops[key] = _guarded(loop)
-        return self._loops[key]
+            self._loops[key] = loop
+        return loop
 
-    def _body(self, procs, config):
-        """One step of the host loop (loop.Generator._run), over jnp."""
+    def _chooser(self, procs, config):
+        """``choose(carry, consts, logits) -> carry``: the token choice and stop checks of one
+        step of the host loop (loop.Generator._run), over jnp."""
         xp, eos, sample = self.xp, config.eos_token_id, config.do_sample
 
-        def body(c, k):
+        def choose(c, k, logits):
             t, rows = c["t"], xp.arange(c["ids"].shape[0])
-            scores = xp.astype(c["logits"], np.float32)
+            scores = xp.astype(logits, np.float32)
             state = State(c["ids"], c["lengths"], k["n"], k["max_lengths"])
             for proc in procs:
                 scores = proc(xp, state, scores)
@@ -153,21 +162,17 @@ class DeviceLoop:
             ids = c["ids"].at[rows, at].set(xp.where(active, tokens, c["ids"][rows, at]))
             lengths = c["lengths"] + xp.astype(active, np.int64)
             done = c["done"] | (active & finished(tokens, lengths, k["max_lengths"], eos, xp))
-            # the host loop stops before the step after its last token: so does this one
-            logits, caches, mask = jax.lax.cond(
-                xp.all(done), lambda: (c["logits"], c["caches"], c["mask"]),
-                lambda: self._step(c, k, tokens))
-            return {"caches": caches, "mask": mask, "logits": logits, "ids": ids,
-                    "lengths": lengths, "done": done, "out": c["out"].at[:, t].set(tokens),
-                    "t": t + 1}
+            return dict(c, last=tokens, ids=ids, lengths=lengths, done=done,
+                        out=c["out"].at[:, t].set(tokens), t=t + 1)
 
-        return body
+        return choose
 
-    def _step(self, c, k, tokens):
-        """steppers.FixedCache.step with a traced step count: each row's token at its own
-        position (prompt length + steps so far), written at the shared slot width + steps."""
+    def _step(self, c, k):
+        """steppers.FixedCache.step with a traced step count: the last tokens chosen, each at
+        its row's own position (prompt length + steps so far), written at the shared slot
+        width + steps; returns (logits, caches, mask)."""
         xp, layout, dtypes = self.xp, self.layout, self.gen.dtypes
-        caches, mask, t = c["caches"], c["mask"], c["t"]
+        caches, mask, tokens, t = c["caches"], c["mask"], c["last"], c["t"] - 1
         capacity = next(iter(caches.values())).shape[2]
         positions, slot = k["n"] + t, k["width"] + t
         feed = {"input_ids": tokens[:, None]}
@@ -187,7 +192,7 @@ class DeviceLoop:
                                             out[present][:, :, capacity:], slot)
                       for info, present in layout.pairs}
             mask = xp.where(xp.arange(capacity)[None, :] == slot, xp.ones_like(mask), mask)
-        return xp.astype(out[layout.logits][:, -1], c["logits"].dtype), caches, mask
+        return out[layout.logits][:, -1], caches, mask
 
 
 def _refuse(config, custom):
@@ -203,6 +208,17 @@ def _refuse(config, custom):
             raise InputError(f"The logits processor {type(proc).__name__} has no device form "
                              "(device_loop=True runs transformers' processors of "
                              "generation.processors / sampling only): use device_loop=False")
+
+
+def _report(on_step, carry, n, start, stop):
+    """``on_step(tokens, active)`` for the steps [start, stop), as the host loop calls it;
+    returns ``stop``."""
+    if on_step is not None and stop > start:
+        counts = np.asarray(carry["lengths"]) - n
+        out = np.asarray(carry["out"][:, start:stop])
+        for j in range(stop - start):
+            on_step(out[:, j], counts > start + j)
+    return stop
 
 
 def _guarded(loop):
