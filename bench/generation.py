@@ -125,7 +125,8 @@ def main():
     names = kv_names(layers)
     config = GenerationConfig(max_new_tokens=args.new, eos_token_id=[], pad_token_id=0)
     print(f"decoder: {args.shape}, {layers} layers, hidden {cfg['hidden_size']}, vocab "
-          f"{cfg['vocab_size']}; load {os.getloadavg()[0]:.1f}; prompt {args.prompt} + {args.new} new tokens, greedy; "
+          f"{cfg['vocab_size']}; load {os.getloadavg()[0]:.1f}; prompt {args.prompt} + {args.new} "
+          f"new tokens, greedy; "
           f"{os.cpu_count()} cores; backend {args.backend}", flush=True)
     theirs = {} if args.no_torch else torch_peer(folder / "hf", args.new, prompts)
     model_config = json.loads((folder / "hf" / "config.json").read_text())

@@ -272,18 +272,28 @@ def _is_param(value):
 
 
 def _prepare_weights(graph):
-    """Initializers stored as their only reader prefers them (the ops' ``weights``)."""
+    """Initializers stored as their readers prefer them (the ops' ``weights``). A weight that
+    other nodes read as it is (a tied 4-bit embedding: genai's q4 files gather rows of the
+    lm_head's MatMulNBits matrix through a Reshape) stays for them, and the one reader that
+    prefers another form gets its own copy, ``name::prepared``: read raw, the lm_head's bytes
+    were rebuilt into words on every decode step (5% of a SmolLM2-shaped q4 step)."""
     readers = {}
     for node in walk(graph):
         for i, name in enumerate(node.inputs):
             if name in graph.initializers:
                 readers.setdefault(name, []).append((node, i))
     for name, uses in readers.items():
-        if len(uses) == 1 and name not in graph.output_names:
-            node, i = uses[0]
-            prepare = dict(node.opdef.weights).get(i)
-            if prepare is not None:
-                graph.initializers[name] = prepare(graph.initializers[name], node)
+        wants = [(node, i, dict(node.opdef.weights).get(i)) for node, i in uses]
+        wants = [w for w in wants if w[2] is not None]
+        if len(wants) != 1 or name in graph.output_names:
+            continue
+        node, i, prepare = wants[0]
+        value = prepare(graph.initializers[name], node)
+        if len(uses) == 1:
+            graph.initializers[name] = value
+        elif value is not graph.initializers[name]:
+            graph.initializers[name + "::prepared"] = value
+            node.inputs = node.inputs[:i] + [name + "::prepared"] + node.inputs[i + 1:]
 
 
 def _torch_to_numpy(value):

@@ -259,3 +259,59 @@ def test_matmul_nbits_refuses_a_b_that_does_not_match_its_attributes(backend):
         run_ort(model, inputs)
     with pytest.raises(OpError, match=r"B of shape \[8, 4, \d+\].*must be \[16, 2, 16\] bytes"):
         run_ours(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matmul_nbits_refuses_scales_of_another_layout(backend):
+    # issue 14 (fuzz 20261202:442): scales [1, 32] hold N * n_blocks values, but onnxruntime's
+    # PrePack takes only [N * n_blocks] or [N, n_blocks]; we broadcast them
+    from transmuter.errors import OpError
+    inputs = nbits_inputs(64, 16, 4, 32, zp=None)
+    inputs["scales"] = inputs["scales"].reshape(1, 32)
+    model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=64, N=16, bits=4,
+                        block_size=32, constants={"B", "scales"})
+    with pytest.raises(Exception, match="does not match attribute-derived shape"):
+        run_ort(model, inputs)
+    with pytest.raises(OpError, match=r"scales of shape \[1, 32\] must be \[32\] or \[16, 2\]"):
+        run_ours(model, inputs, backend)
+
+
+def _tied_embedding(k=64, n=24, block=32):
+    """genai's q4 tied embedding: one packed (N, n_blocks, blob) weight read by a Reshape into
+    GatherBlockQuantized's table and by the MatMulNBits lm_head."""
+    from onnx import TensorProto, helper, numpy_helper
+    inits = [numpy_helper.from_array(RNG.integers(0, 256, (n, k // block, block // 2),
+                                                  dtype=np.uint8), "w"),
+             numpy_helper.from_array(np.array([n, k // 2], np.int64), "target"),
+             numpy_helper.from_array((RNG.random((n, k // block)) * 0.1).astype(np.float32),
+                                     "scales")]
+    nodes = [helper.make_node("Reshape", ["w", "target"], ["table"]),
+             helper.make_node("GatherBlockQuantized", ["table", "input_ids", "scales"], ["emb"],
+                              domain="com.microsoft", bits=4, block_size=block, gather_axis=0,
+                              quantize_axis=1),
+             helper.make_node("MatMulNBits", ["emb", "w", "scales"], ["logits"],
+                              domain="com.microsoft", K=k, N=n, bits=4, block_size=block)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 3])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("emb", "logits")],
+        inits)
+    return helper.make_model(graph, ir_version=10, opset_imports=[
+        helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tied_embedding_lm_head_gets_its_own_words(backend):
+    # The lm_head's B is shared with the embedding's Reshape: MatMulNBits gets a uint32-word
+    # copy (read raw it was rebuilt into words every call), the Reshape keeps the bytes; both
+    # outputs equal onnxruntime's (tolerance of test_matmul_nbits: f32 sums over K = 64)
+    model = _tied_embedding()
+    feed = {"input_ids": np.array([[3, 0, 23]], np.int64)}
+    m = transmuter.load(model, backend=backend)
+    stored = {**m.constants, **m.params}
+    assert str(stored["w::prepared"].dtype).endswith("uint32")
+    assert str(stored["w"].dtype).endswith("uint8")
+    want = run_ort(model, feed)
+    for got in (transmuter.run(m, feed), transmuter.compile(m, feed)(feed)):
+        for name in ("emb", "logits"):
+            np.testing.assert_allclose(np.asarray(got[name]), want[name], atol=2e-5, rtol=1e-5,
+                                       err_msg=name)
