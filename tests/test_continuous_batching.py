@@ -73,6 +73,14 @@ def mixed_requests():
     ]
 
 
+def without_padding(records):
+    """Records with token_summary's padding left out: it counts what the row ran, the prompt
+    width of the group it was prefilled with (a batch's, as in pipe(list)), not of the lone
+    call; the input and output counts stay."""
+    return [dict(r, token_summary=dict(r["token_summary"], padding=None))
+            if "token_summary" in r else r for r in records]
+
+
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen3"])
 def test_staggered_threads_equal_each_request_alone(name):
     p = pipe(name)
@@ -94,7 +102,7 @@ def test_staggered_threads_equal_each_request_alone(name):
         for t in threads:
             t.join()
     for i, (g, a) in enumerate(zip(got, alone)):
-        assert g == a, f"request {i}: {cases[i]}"
+        assert without_padding(g) == without_padding(a), f"request {i}: {cases[i]}"
     assert server.stats["requests"] == len(cases) and server.stats["largest_batch"] <= 3
     assert server.stats["joined"] > 0  # some arrived while other rows were decoding
 

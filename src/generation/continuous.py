@@ -17,6 +17,8 @@ settings (processors, warpers, a sampler keyed by its request's seed and drawing
 step: Sampler.split), so its tokens are those of the request run alone through the pipeline.
 The buffer grows (a new compiled step shape) when a request needs more positions than it has,
 unless ``cache_length`` sized it. Growing-cache decoders and beam search are refused.
+``token_summary=True``'s padding counts what the row ran: its prefill group's prompt width
+(padded to a power of two), as a batch's does in ``pipe(list)``.
 """
 
 import asyncio
@@ -38,6 +40,7 @@ from .stopping import StopStrings, finished
 from .streaming import TextStreamer, _Final
 
 _END = object()  # a stream's last item
+COMPILED_SHAPES = 64  # the decode graph's compiled shapes kept while a server runs
 
 
 class ContinuousServer(_Worker):
@@ -64,6 +67,9 @@ class ContinuousServer(_Worker):
         self._request(pipeline, "x", {})  # bad defaults (num_beams=2) fail here, not per call
         self.stats = {"requests": 0, "steps": 0, "largest_batch": 0, "joined": 0}
         self._batch = Rows(gen, self.rows)
+        # prefill groups of 1, 2, 4, ... rows at each prompt width (each chunk size, concat) add
+        # to the lone calls' shapes: past the generator's 16 they were compiled again and again
+        gen.fn.cache_size = gen.first_fn.cache_size = max(gen.fn.cache_size, COMPILED_SHAPES)
         if cache_length is not None:  # sized now: no step shape compiled while serving
             self._batch.grow(cache_capacity(_positive_int(cache_length, "cache_length")))
         self._start(pipeline)

@@ -51,11 +51,15 @@ class Rows(_Stepper):
         # rows padded to a power of two (copies of the first): few prefill shapes to compile
         prompts += [prompts[0]] * (next_pow2(len(prompts)) - len(prompts))
         budget = max(r.budget for r in requests)
-        stepper = FixedCache(self.gen, prompts, budget)  # sized as the pipeline sizes it
+        # prompts padded to a power of two (masked, as GroupQueryAttention's are): concat graphs
+        # would run each group's longest as its own chunks (37: 32 + 4 + 1), and groups of
+        # other rows and lengths as ever new shapes
+        width = next_pow2(max(len(p) for p in prompts))
+        stepper = FixedCache(self.gen, prompts, budget, width)  # sized as the pipeline sizes it
         if stepper.capacity > self.capacity:
             self.grow(stepper.capacity)
         elif stepper.capacity < self.capacity:  # cache_capacity(capacity) is capacity itself
-            stepper = FixedCache(self.gen, prompts, self.capacity - stepper.width)
+            stepper = FixedCache(self.gen, prompts, self.capacity - stepper.width, width)
         logits = stepper.start()
         padding = stepper.prompt_padding()
         for j, request in enumerate(requests):
