@@ -20,6 +20,7 @@ import onnx
 import onnx.helper
 import onnx.shape_inference
 
+from . import contrib_check
 from .errors import ModelLoadError
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -63,6 +64,9 @@ def _check_nodes(graph, opsets):
                         f"{_label(node)}: attribute {attr.name!r} is {_attr_type(attr.type)}, "
                         f"where {node.op_type} takes {_attr_type(want.type)} (re-export the "
                         "model)")
+        spec = contrib_check.schema(node)
+        if spec is not None:
+            contrib_check.check_node(node, spec, _label(node))
         rules = CONTRIB_ATTRIBUTES.get((node.domain, node.op_type), {})
         for attr in node.attribute:
             if attr.name in rules:
@@ -223,16 +227,49 @@ def _label(node):
 
 
 def _check_types(proto):
+    """onnx's inference over the weightless copy, with each contrib node standing in as a
+    Reshape of the input its output takes its type from (to a shape inference cannot know):
+    the standard nodes after it get typed, shapes unclaimed. Then the contrib nodes' input
+    types are checked against ONNX Runtime's schemas and the graph outputs' declared types
+    against what the contrib nodes give (contrib_check.py)."""
+    model = _weightless(proto)
+    contrib_check.stand_in(model.graph)
+    inferred = _infer(model)
+    if inferred is None:
+        return
+    found = contrib_check.output_types(proto.graph.node, _types(inferred.graph), _label)
+    for out in proto.graph.output:
+        declared = out.type.tensor_type.elem_type
+        if out.name in found and declared and declared != found[out.name]:
+            raise ModelLoadError(f"Output {out.name!r} is declared {contrib_check.type_name(declared)}"
+                                 f", but its node gives {contrib_check.type_name(found[out.name])}")
+
+
+def _infer(model):
+    """``model`` with onnx's inferred value_info; ModelLoadError on the errors ONNX Runtime
+    makes too; None where inference itself gives up (an op it does not know is not the file's
+    fault; the runner checks what it runs)."""
     try:
-        onnx.shape_inference.infer_shapes(_weightless(proto), check_type=True, strict_mode=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except onnx.shape_inference.InferenceError as e:
         conflicts = [line for line in _errors(str(e)) if not any(
             what in line for what in LENIENT)]
         if conflicts:
             raise ModelLoadError("The graph's types or shapes do not agree: "
                                  f"{'; '.join(conflicts[:3])}") from None
-    except Exception:  # noqa: BLE001 - inference's own limits (an op it does not know) are not
-        pass           # the file's fault; the runner checks what it runs
+        try:  # only lenient errors: the same inference, its errors not raised
+            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        except Exception:  # noqa: BLE001
+            return None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _types(graph):
+    """Element types by name of the graph's inputs and inferred values (not its declared
+    outputs: those are what is checked)."""
+    return {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.value_info]
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type}
 
 
 def _errors(message):

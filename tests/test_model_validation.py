@@ -92,6 +92,16 @@ def invalid_utf8_domain():
     return onnx.ModelProto.FromString(data)
 
 
+def nbits(b_dtype=np.uint8, y=T.FLOAT, **attrs):
+    """A MatMulNBits node (K=64, N=16, 4 bits, blocks of 32) over float a [2, 64]."""
+    node = helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], domain="com.microsoft",
+                            **{"K": 64, "N": 16, "bits": 4, "block_size": 32, **attrs})
+    model = make_model([node], [info("a", T.FLOAT, [2, 64])], [info("y", y, [2, 16])],
+                       {"b": np.zeros((16, 2, 16), b_dtype), "s": np.ones(32, np.float32)})
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
 CASES = {
     "initializer shadowing a node output": (
         lambda: add(initializers={"z": np.ones(2, np.float32)}), "writes 'z'.*assigned once"),
@@ -160,6 +170,20 @@ CASES = {
         lambda: in_if_branch(helper.make_node("Gather", ["x", "x"], ["t"])),
         "Gather.*indices typestr: Tind, has unsupported type: tensor\\(float\\)"),
     "a node domain of invalid UTF-8": (invalid_utf8_domain, "domain that is not valid UTF-8"),
+    # contrib nodes against ONNX Runtime's schemas (ops/contrib/schemas.py; fuzz 1412:1905,
+    # 20261202:494, :305)
+    "a contrib attribute of the wrong type": (
+        lambda: nbits(accuracy_level="4"),
+        "attribute 'accuracy_level' is STRING, where MatMulNBits takes INT"),
+    "an attribute the contrib op does not define": (
+        lambda: nbits(not_an_attribute=1),
+        "'not_an_attribute', which ONNX Runtime's MatMulNBits does not define"),
+    "a contrib input of a type its schema refuses": (
+        lambda: nbits(b_dtype=np.int8), r"input 1 \('B'\) 'b' is int8, where MatMulNBits "
+        "takes uint8"),
+    "a contrib output declared of another type": (
+        lambda: nbits(y=T.INT8), r"elem type differs from existing elem type: \(float32\) vs "
+        r"\(int8\)"),
     "an If branch writing an outer graph's input": (  # fuzz: gpt2's branch writing input_ids
         lambda: in_if_branch(helper.make_node("Relu", ["x"], ["x"])),
         "'Relu' \\(Relu\\) writes 'x', which graph 'then' or a graph around it"),

@@ -14,14 +14,8 @@ KNOWN = {
     f"structural/attribute-value * {_ACCEPTED}":
         "attribute values the op refuses in onnxruntime (SkipSimplifiedLayerNormalization "
         "epsilon < 0, out-of-range axes the eager op clamps) are accepted",
-    f"structural/output-type * {_ACCEPTED}":
-        "a declared graph-output elem_type that its producer cannot give is accepted where "
-        "onnx's inference cannot type the producer (contrib ops: GroupQueryAttention, "
-        "MatMulNBits) or the declared type is int4",
     f"structural/initializer-dims * {_ACCEPTED}":
         "initializer shapes an op refuses are broadcast instead (Conv bias [32, 1])",
-    f"structural/initializer-dtype * {_ACCEPTED}":
-        "an initializer whose data_type no longer matches its readers' type constraints runs",
     f"structural/drop-node-output * llama-gqa/* {_ACCEPTED}":
         "contrib ops' output shapes are not inferred at load as onnxruntime's contrib schemas "
         "do: SkipSimplifiedLayerNormalization's output '' dropped moves input_skip_bias_sum "
@@ -30,9 +24,6 @@ KNOWN = {
     f"structural/duplicate-node-input * llama-gqa/* {_ACCEPTED}":
         "contrib ops' input shapes are not checked as onnxruntime checks them "
         "(SkipSimplifiedLayerNormalization with a 3-d gamma runs, broadcast)",
-    f"structural/rename-node-input * {_ACCEPTED}":
-        "a node input renamed to another defined value of a different type or shape runs "
-        "where onnxruntime's type check refuses",
     "structural/initializer-data * llama-gqa/* | different answer":
         "a NaN in GroupQueryAttention's cos/sin cache at a position no row uses gives NaN "
         "presents (onnxruntime reads only the rows it needs)",
@@ -42,14 +33,18 @@ KNOWN = {
     f"bytes/flip-bytes * gpt2/* {_ACCEPTED}":
         "two flipped bytes give a merged decoder whose If branch onnxruntime refuses at run "
         "time and we run (20261201:6604); not localized",
-    "structural/attribute-type * llama-gqa/onnx/model_q4.onnx | accepted (onnxruntime refuses)":
-        "contrib ops' attribute types are not checked (onnx has no schema for them): "
-        "MatMulNBits accuracy_level as a string loads (1412:1905)",
+    "external/wrong-offset mlx gpt2/* | different answer":
+        "not a bug: weights shifted by a byte reach float32's limit, where one summation order "
+        "gives 2.5e38 and another inf (20261202:2912, gpt2 on MLX: 2 of 1,344 values); the "
+        "corrupt-weights tolerance cannot bridge inf, and neither answer is more right",
     # Call-time inputs.
     "inputs/huge-dim mlx * | crash SIGSEGV":
         "a batch of 100,000 (640 MB, under the machine's memory) through the whisper encoder "
         "on MLX under the worker's 6 GB address space: MLX segfaults when an allocation fails "
         "(1412:96)",
+    "inputs/huge-dim jax * | foreign JaxRuntimeError *":
+        "the same on JAX: a batch of 100,000 images through clip (under the machine's memory, "
+        "past the worker's 6 GB address space) fails inside XLA's dispatch (20261202:2837)",
 }
 
 

@@ -194,9 +194,10 @@ def _check_nbits_weights(b, scales, *, k, n, bits, block_size):
         raise ValueError(f"MatMulNBits B of shape {list(b.shape)} ({got} bytes) does not match "
                          f"N={n}, K={k}, bits={bits}, block_size={block_size}: it must be "
                          f"[{n}, {n_blocks}, {block_size * bits // 8}] bytes")
-    if int(np.prod(scales.shape)) != n * n_blocks:
-        raise ValueError(f"MatMulNBits scales of shape {list(scales.shape)} must hold N * "
-                         f"n_blocks = {n * n_blocks} values")
+    # ONNX Runtime's PrePack takes these two layouts only (matmul_nbits.cc; fuzz 20261202:442)
+    if tuple(scales.shape) not in ((n * n_blocks,), (n, n_blocks)):
+        raise ValueError(f"MatMulNBits scales of shape {list(scales.shape)} must be "
+                         f"[{n * n_blocks}] or [{n}, {n_blocks}] (N={n}, n_blocks={n_blocks})")
 
 
 @op("MatMulNBits", 1, domain=MS, weights={1: as_words, 3: as_float_zero_points},
