@@ -209,6 +209,12 @@ def test_closing_a_stream_early_frees_its_row():
         chunks.close()  # the one row frees at the next step, not after 60 tokens
         assert server(after[0], **after[1]) == want
     assert server.stats["steps"] < 30
+    with p.serve(max_batch_size=1) as server:  # a caller's timeout frees the row too
+        with pytest.raises(TimeoutError):
+            server("Hello world", max_new_tokens=60, min_new_tokens=60, do_sample=False,
+                   timeout=0.05)
+        assert server(after[0], **after[1]) == want
+    assert server.stats["steps"] < 59  # its 60 tokens alone would take 59 steps
 
 
 def test_refused_servers():
