@@ -244,3 +244,18 @@ def test_a_layer_norm_axis_past_the_rank_is_refused(backend):
     m = transmuter.load(model, backend=backend)
     with pytest.raises(OpError, match=r"axis 7 is out of range for an input of rank 3"):
         transmuter.run(m, {"x": np.ones((1, 2, 4), np.float32)})
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_a_conv_bias_of_another_shape_is_refused(backend):
+    # issue 14 (fuzz initializer-dims: a vit patch Conv's bias [32] -> [32, 1]): broadcast over
+    # the output into garbage; onnxruntime refuses it. Refused when the node runs (an OpError).
+    from transmuter.errors import OpError
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["z"])],
+                       [info("x", T.FLOAT, [1, 2, 4, 4])], [info("z", T.FLOAT, None)],
+                       {"w": np.ones((3, 2, 1, 1), np.float32), "b": np.ones((3, 1), np.float32)})
+    feed = {"x": np.ones((1, 2, 4, 4), np.float32)}
+    with pytest.raises(Exception):  # noqa: B017 - any refusal: ORT's messages are its own
+        ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    with pytest.raises(OpError, match=r"bias of shape \[3, 1\] must be \[3\]"):
+        transmuter.run(transmuter.load(model, backend=backend), feed)

@@ -29,6 +29,10 @@ def _conv(xp, x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides):
         raise ValueError(f"input shape {list(x.shape)} does not fit kernel {list(w.shape)} with "
                          f"group {group}: it needs rank {w.ndim} and {w.shape[1] * group} "
                          "channels on axis 1")
+    if b is not None and tuple(b.shape) != (w.shape[0],):
+        # broadcast over the output instead; ONNX Runtime refuses it (fuzz 20261202 Conv bias)
+        raise ValueError(f"bias of shape {list(b.shape)} must be [{w.shape[0]}], one value per "
+                         "output channel of the kernel")
     for axis, (size, k, d, (lo, hi)) in enumerate(zip(
             x.shape[2:], win.kernel, win.dilations, win.padding)):
         if size + lo + hi < (k - 1) * d + 1:

@@ -26,6 +26,7 @@ class Worker:
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             start_new_session=True)
         self.buffer, self.case, self.phase, self.started, self.done = b"", None, None, 0.0, 0
+        self.detail = ""  # a worker that dies before its first case (an import failing) has none
         self.ready = False
 
     def send(self, case):
