@@ -241,8 +241,9 @@ def _check_types(proto):
     for out in proto.graph.output:
         declared = out.type.tensor_type.elem_type
         if out.name in found and declared and declared != found[out.name]:
-            raise ModelLoadError(f"Output {out.name!r} is declared {contrib_check.type_name(declared)}"
-                                 f", but its node gives {contrib_check.type_name(found[out.name])}")
+            name = contrib_check.type_name
+            raise ModelLoadError(f"Output {out.name!r} is declared {name(declared)}, but its "
+                                 f"node gives {name(found[out.name])}")
 
 
 def _infer(model):

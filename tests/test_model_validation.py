@@ -259,3 +259,20 @@ def test_a_conv_bias_of_another_shape_is_refused(backend):
         ort.InferenceSession(model.SerializeToString()).run(None, feed)
     with pytest.raises(OpError, match=r"bias of shape \[3, 1\] must be \[3\]"):
         transmuter.run(transmuter.load(model, backend=backend), feed)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("gamma,match", [
+    (np.ones((1, 1, 4), np.float32), r"gamma of shape \[1, 1, 4\] must be \[4\]"),
+    (np.ones(3, np.float32), r"gamma of shape \[3\] must be \[4\]")])
+def test_a_skip_norm_gamma_of_another_shape_is_refused(backend, gamma, match):
+    # issue 14 (fuzz duplicate-node-input on llama-gqa: a 3-d gamma broadcast into [1, 1, 2, 4]);
+    # onnxruntime's skip_layer_norm_helper refuses it. Refused when the node runs.
+    from transmuter.errors import OpError
+    model = skip_norm(1e-5)
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(gamma, "g"))
+    feed = {"x": np.ones((1, 2, 4), np.float32), "s": np.ones((1, 2, 4), np.float32)}
+    with pytest.raises(Exception):  # noqa: B017 - any refusal: ORT's messages are its own
+        ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    with pytest.raises(OpError, match=match):
+        transmuter.run(transmuter.load(model, backend=backend), feed)

@@ -14,16 +14,11 @@ KNOWN = {
     f"structural/attribute-value * {_ACCEPTED}":
         "attribute values the op refuses in onnxruntime (SkipSimplifiedLayerNormalization "
         "epsilon < 0, out-of-range axes the eager op clamps) are accepted",
-    f"structural/initializer-dims * {_ACCEPTED}":
-        "initializer shapes an op refuses are broadcast instead (Conv bias [32, 1])",
     f"structural/drop-node-output * llama-gqa/* {_ACCEPTED}":
         "contrib ops' output shapes are not inferred at load as onnxruntime's contrib schemas "
         "do: SkipSimplifiedLayerNormalization's output '' dropped moves input_skip_bias_sum "
         "into the inv_std_var slot, whose [B, S, 1] onnxruntime's MatMul refuses "
         "(20261202:1717)",
-    f"structural/duplicate-node-input * llama-gqa/* {_ACCEPTED}":
-        "contrib ops' input shapes are not checked as onnxruntime checks them "
-        "(SkipSimplifiedLayerNormalization with a 3-d gamma runs, broadcast)",
     "structural/initializer-data * llama-gqa/* | different answer":
         "a NaN in GroupQueryAttention's cos/sin cache at a position no row uses gives NaN "
         "presents (onnxruntime reads only the rows it needs)",

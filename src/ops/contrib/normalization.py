@@ -39,6 +39,24 @@ def simplified_layer_normalization(xp, x, scale, *, axis=-1, epsilon=1e-5, stash
     return _rms(xp, x, scale, axis, epsilon)
 
 
+def _check_skip(x, skip, *vectors):
+    """The shapes ONNX Runtime's skip_layer_norm_helper takes (anything else broadcast into
+    garbage here; fuzz: a 3-d gamma): input and skip of rank 2 or 3, skip the input's shape or
+    its [1,] S, H; gamma, beta and bias 1-d of the hidden size."""
+    hidden = x.shape[-1] if x.ndim else None
+    if x.ndim not in (2, 3) or skip.ndim not in (2, 3):
+        raise ValueError(f"input {list(x.shape)} and skip {list(skip.shape)} must have rank 2 "
+                         "or 3")
+    fits = tuple(skip.shape[-2:]) == tuple(x.shape[-2:]) and (skip.ndim == 2 or skip.shape[0] == 1)
+    if tuple(skip.shape) != tuple(x.shape) and not fits:
+        raise ValueError(f"skip {list(skip.shape)} must be the input's shape {list(x.shape)} "
+                         f"or [1, {', '.join(map(str, x.shape[-2:]))}]")
+    for name, v in vectors:
+        if v is not None and tuple(v.shape) != (hidden,):
+            raise ValueError(f"{name} of shape {list(v.shape)} must be [{hidden}], the input's "
+                             "hidden size")
+
+
 def _skip_sum(xp, x, skip, bias):
     s = x + skip
     return s + bias if bias is not None else s
@@ -46,6 +64,7 @@ def _skip_sum(xp, x, skip, bias):
 
 @op("SkipSimplifiedLayerNormalization", 1, domain=MS)
 def skip_simplified_layer_normalization(xp, x, skip, gamma, bias=None, *, epsilon=1e-12):
+    _check_skip(x, skip, ("gamma", gamma), ("bias", bias))
     total = _skip_sum(xp, x, skip, bias)
     y, inv = _rms(xp, total, gamma, -1, epsilon)
     return y, xp.zeros_like(inv), inv, total
@@ -53,6 +72,7 @@ def skip_simplified_layer_normalization(xp, x, skip, gamma, bias=None, *, epsilo
 
 @op("SkipLayerNormalization", 1, domain=MS)
 def skip_layer_normalization(xp, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
+    _check_skip(x, skip, ("gamma", gamma), ("beta", beta), ("bias", bias))
     total = _skip_sum(xp, x, skip, bias)
     y, mean, inv = _layer_norm(xp, total, gamma, beta, epsilon)
     return y, mean, inv, total
