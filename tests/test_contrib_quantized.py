@@ -10,6 +10,7 @@ import pytest
 import transmuter
 
 from tests.contrib_graphs import BACKENDS, check, run_ort, run_ours, single_node
+from transmuter.ops.contrib import quantized_matmul
 
 RNG = np.random.default_rng(0)
 
@@ -51,9 +52,13 @@ def test_matmul_nbits(backend, bits, block, zp, k):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("lead,m", [(1, 1), (1, 8), (3, 5)])
-def test_matmul_nbits_rows(backend, lead, m):
-    # One row (XLA's fused vector-matrix dot), up to ROWWISE_MAX_M rows (one product per row),
-    # more rows (one matrix product): the same math in three layouts.
+@pytest.mark.parametrize("rowwise", [False, True])
+def test_matmul_nbits_rows(backend, lead, m, rowwise, monkeypatch):
+    # One row (XLA's fused vector-matrix dot), up to ROWWISE_MAX_M rows (one product per row
+    # when the weight is past ROWWISE_MIN_WEIGHTS, made small here), more rows (one matrix
+    # product): the same math in three layouts.
+    if rowwise:
+        monkeypatch.setattr(quantized_matmul, "ROWWISE_MIN_WEIGHTS", 0)
     inputs = nbits_inputs(64, 24, 4, 32, "packed", bias=True, m=m, lead=lead)
     model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=64, N=24, bits=4,
                         block_size=32)
