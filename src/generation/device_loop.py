@@ -100,8 +100,8 @@ class DeviceLoop:
         mask = stepper.mask if stepper.mask is not None else np.zeros((rows, 0), np.int64)
         asarray = self.gen.model.backend.asarray
         carry = {"caches": stepper.caches, "mask": asarray(mask),
-                 "last": asarray(np.zeros(rows, np.int64)), "ids": asarray(ids), "lengths": asarray(n.astype(np.int64)),
-                 "done": asarray(np.zeros(rows, bool)),
+                 "last": asarray(np.zeros(rows, np.int64)), "ids": asarray(ids),
+                 "lengths": asarray(n.astype(np.int64)), "done": asarray(np.zeros(rows, bool)),
                  "out": asarray(np.full((rows, capacity), pad, np.int64)),
                  "t": asarray(np.int64(0))}
         keys = row_keys(config.seed, rows) if config.do_sample else np.zeros((rows, 2), np.uint32)
