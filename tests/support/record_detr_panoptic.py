@@ -7,7 +7,8 @@ the model the ONNX file holds).
 1. onnxruntime equals PyTorch (logits within 1e-4, pred_masks 2e-3: see below) on every photo below, each at its
    own processed size (the export traced one size; this checks it generalizes).
 2. references/panoptic.json: transformers' pipeline("image-segmentation") on scikit-image photos
-   (tests/support/image_cases.py; not committed), for the calls in CALLS: scores, labels, and each
+   (tests/support/image_cases.py; not committed), for the calls in CALLS (panoptic, instance, a threshold option,
+   the defaults, semantic): scores, labels, and each
    mask as a key into references/panoptic_masks.npz, which holds np.packbits of the mask > 0 (the
    pipeline's masks are 0 / 255) with its height and width.
 3. The references can discriminate: per call, masks differ between segments, and over the photos
@@ -38,6 +39,7 @@ CALLS = [
     {"subtask": "instance", "threshold": 0.3, "mask_threshold": 0.15, "overlap_mask_area_threshold": 0.01},
     {"subtask": "panoptic", "threshold": 0.8, "mask_threshold": 0.3, "overlap_mask_area_threshold": 0.1},
     {},  # transformers' defaults: subtask None -> panoptic, threshold 0.9
+    {"subtask": "semantic"},  # DETR's post_process_semantic_segmentation (score None)
 ]
 
 
@@ -94,7 +96,7 @@ def summarize(kwargs, outputs, masks, c):
         got = [unpack(masks, r["mask"]) for r in o]
         assert all(m.any() for m in got), "an empty mask"
         assert len({m.tobytes() for m in got}) == len(got), "two segments with the same mask"
-        print("   ", [(r["label"], round(r["score"], 4), int(m.sum())) for r, m in zip(o, got)])
+        print("   ", [(r["label"], r["score"], int(m.sum())) for r, m in zip(o, got)])
     if kwargs.get("threshold") == 0.3:
         assert max(counts) >= 3, "references that cannot discriminate"
 

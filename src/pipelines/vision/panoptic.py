@@ -1,0 +1,49 @@
+"""DETR's mask head (DetrForSegmentation: ``logits`` [queries, labels + 1] and ``pred_masks``
+[queries, h, w]) post-processed as DetrImageProcessor does: post_process_panoptic_segmentation,
+post_process_instance_segmentation (both through compute_segments) and
+post_process_semantic_segmentation, in NumPy."""
+
+import numpy as np
+
+from ..heads import sigmoid, softmax
+from .interpolate import bilinear
+
+
+def query_segments(logits, pred_masks, size, threshold, mask_threshold, overlap_mask_area_threshold):
+    """(segmentation map [H, W] of segment ids, [{"id", "label_id", "score"}]) at image ``size``.
+
+    transformers' pipeline passes no label_ids_to_fuse, so panoptic and instance give the same
+    segments: each kept query is its own segment."""
+    probs = softmax(np.asarray(logits, np.float32))
+    scores, labels = probs.max(-1), probs.argmax(-1)
+    # remove_low_and_no_objects: the last class is "no object"
+    keep = (labels != probs.shape[-1] - 1) & (scores > threshold)
+    if not keep.any():
+        return np.full(size, -1, np.int32), []
+    scores, labels = scores[keep], labels[keep]
+    # compute_segments: sigmoid, bilinear to the image, weighted by the query's score (in place in
+    # transformers, so the mask_threshold area below counts weighted probabilities too)
+    mask_probs = bilinear(sigmoid(np.asarray(pred_masks, np.float32)[keep]), size) * scores[:, None, None]
+    owner = mask_probs.argmax(0)
+    segmentation = np.zeros(size, np.int32)
+    segments = []
+    for k, label in enumerate(labels):
+        if is_valid_segment(owner == k, mask_probs[k], mask_threshold, overlap_mask_area_threshold):
+            segmentation[owner == k] = len(segments) + 1
+            segments.append({"id": len(segments) + 1, "label_id": int(label),
+                             "score": round(float(scores[k]), 6)})
+    return segmentation, segments
+
+
+def is_valid_segment(mask, probs, mask_threshold, overlap_mask_area_threshold):
+    """check_segment_validity: the query owns pixels, and enough of its own thresholded area."""
+    area, original_area = int(mask.sum()), int((probs >= mask_threshold).sum())
+    return area > 0 and original_area > 0 and area / original_area > overlap_mask_area_threshold
+
+
+def semantic_map(logits, pred_masks, size):
+    """post_process_semantic_segmentation: class probabilities (no "no object") times mask
+    probabilities summed over queries, bilinear to the image, argmax over classes."""
+    classes = softmax(np.asarray(logits, np.float32))[:, :-1]
+    masks = sigmoid(np.asarray(pred_masks, np.float32))
+    return bilinear(np.einsum("qc,qhw->chw", classes, masks), size).argmax(axis=0)
