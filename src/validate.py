@@ -287,8 +287,9 @@ def _errors(message):
     message = message.replace("[ShapeInferenceError]", "").replace("[TypeInferenceError]", "")
     message = message.replace("Inference error(s):", "")
     message = re.sub(r"\((\d+)\)", lambda m: f"({_type_name(int(m.group(1)))})", message)
-    parts = [part.strip() for part in message.split("(op_type:") if part.strip()]
-    return [part.replace("):", ":", 1) for part in parts]
+    parts = [part.strip().replace("):", ":", 1) for part in message.split("(op_type:")]
+    # a Loop's or If's own line only wraps its body's errors: they follow as lines of their own
+    return [part for part in parts if part.partition(":")[2].strip()]
 
 
 def _type_name(code):

@@ -44,5 +44,6 @@ def test_gated_rule_without_decay_is_refused():
     shapes = [("q", (1, 2, HQ * DK)), ("k", (1, 2, HKV * DK)), ("v", (1, 2, HKV * DV))]
     feed = {n: np.zeros(s, np.float32) for n, s in shapes}
     model = linear_model(shapes, update_rule="gated")
-    with pytest.raises(transmuter.errors.TransmuterError, match="needs the decay input"):
+    # refused at load by onnx's own inference ("requires decay input"), or when the node runs
+    with pytest.raises(transmuter.errors.TransmuterError, match="(needs the|requires) decay input"):
         transmuter.run(transmuter.load(model), feed)
