@@ -11,6 +11,11 @@ from tests import fixtures
 # in matmuls and reductions over hidden sizes <= 128, far below 1e-4 (the bar).
 # Other variants are checked by tests for quantization and half precision.
 ATOL = {"fp32": 1e-4}
+# detr-panoptic's mask head and classifier are amplified on purpose (families_detr_panoptic.py
+# separate_queries: attention-map channels x100, classifier x5) so that queries get distinct masks;
+# float32 summation-order noise grows with them (onnxruntime vs PyTorch: 8e-4 in pred_masks;
+# here up to 1.5e-4 in logits, 5.1e-4 in pred_masks).
+FIXTURE_ATOL = {"detr-panoptic": 2e-3}
 
 CASES = [(f, rel, e) for f, rel, e in fixtures.graph_cases() if fixtures.variant_of(rel) in ATOL]
 
@@ -65,7 +70,7 @@ MODES = [pytest.param("eager", "jax", marks=pytest.mark.slow, id="eager-jax"),
 def test_graph_matches_onnxruntime(case, mode, backend, loaded):
     fixture, rel, entry = case
     model = loaded(fixture, rel, backend)
-    atol = ATOL[fixtures.variant_of(rel)]
+    atol = FIXTURE_ATOL.get(fixture, ATOL[fixtures.variant_of(rel)])
     static_names = entry.get("static_inputs", [])
     steps = fixtures.steps(fixture, entry["reference"])
     gqa = any(n.op_type == "GroupQueryAttention" for n in model.graph.nodes)
