@@ -82,7 +82,8 @@ class DeviceLoop:
             while done_at < total and not bool(np.asarray(carry["done"]).all()):
                 # a stream's calls end at multiples of ``every`` tokens
                 stop_at = total if every is None else min((done_at // every + 1) * every, total)
-                carry = run(carry, dict(consts, stop_at=np.int64(stop_at)))
+                carry = run(carry, dict(consts, stop_at=np.int64(stop_at)),
+                            self.gen.model.params)
                 self.calls += 1
                 done_at = int(carry["t"])
                 if every is not None:
@@ -122,14 +123,17 @@ class DeviceLoop:
             procs = [*_processors.build(config), *custom, *_sampling.build_warpers(config)]
             choose = self._chooser(procs, config)
 
-            def body(c, k):
-                logits, caches, mask = self._step(c, k)
+            def body(c, k, params):
+                logits, caches, mask = self._step(c, k, params)
                 return choose(dict(c, caches=caches, mask=mask), k, logits)
 
-            def run(carry, consts):
+            def run(carry, consts, params):
+                # the weights are arguments, as in every compiled function (design §3): baked
+                # in, XLA would fold them into the program (a slow compile, and dequantized
+                # 4-bit weights carried as float32 constants)
                 return jax.lax.while_loop(
                     lambda c: (c["t"] < consts["stop_at"]) & ~self.xp.all(c["done"]),
-                    lambda c: body(c, consts), carry)
+                    lambda c: body(c, consts, params), carry)
 
             compile = self.gen.model.backend.compile
             dots = self.gen.fn._dequantizes
@@ -167,7 +171,7 @@ class DeviceLoop:
 
         return choose
 
-    def _step(self, c, k):
+    def _step(self, c, k, params):
         """steppers.FixedCache.step with a traced step count: the last tokens chosen, each at
         its row's own position (prompt length + steps so far), written at the shared slot
         width + steps; returns (logits, caches, mask)."""
@@ -184,7 +188,7 @@ class DeviceLoop:
             ones = xp.ones((tokens.shape[0], 1), np.int64)
             feed["attention_mask"] = xp.concatenate([mask, ones], axis=1)
         feed = {name: xp.astype(v, dtypes[name]) for name, v in feed.items()}
-        out = self.fn({**feed, **caches})
+        out = self.fn({**feed, **caches}, params=params)
         if layout.mode == "inplace":
             caches = {info.name: out[present] for info, present in layout.pairs}
         else:
