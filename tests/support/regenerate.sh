@@ -44,6 +44,8 @@ time "$EXPORT" tests/support/families_idefics3.py  # idefics3: SmolVLM-shaped, v
 time "$EXPORT" tests/support/record_image_text_to_text.py  # image-text-to-text pipeline cases and Idefics3Processor outputs
 time "$EXPORT" tests/support/families_vision_more.py
 time "$EXPORT" tests/support/families_vision_owl.py
+time "$EXPORT" tests/support/families_detr_panoptic.py  # detr-panoptic: optimum image-segmentation export
+time "$EXPORT" tests/support/record_detr_panoptic.py  # its panoptic / instance / semantic pipeline references
 time "$EXPORT" tests/support/families_grounding_dino.py  # grounding-dino: torch.onnx, one image size
 time "$EXPORT" tests/support/record_grounding_dino.py  # its pipeline / grounded / processor references (rebuilds the model)
 time "$EXPORT" tests/support/families_vision_rtdetr.py
