@@ -1,10 +1,33 @@
 import os
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # JAX's persistent compilation cache (src/compile_cache.py) stays off in the suite: results never
 # depend on what an earlier run left on disk, and nothing is written to the machine's ~/.cache.
 # tests/test_compile_cache.py turns it on in child processes, each with its own temp folder.
 os.environ.setdefault("TRANSMUTER_COMPILE_CACHE", "0")
+
+# Left out of the default suite (run by `-m slow`, which .ci/run runs after it): JAX runs of
+# generation pipelines whose MLX run stays in the default suite (their cost is XLA compiling one
+# shape per decode step of a growing cache, 1-3 min each on 2 cores), and the Ray cluster tests.
+SLOW_TESTS = {
+    "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
+    "[moonshine-automatic-speech-recognition-jax]",
+    "tests/test_pipelines_image_to_text.py::test_matches_recorded_pipeline[trocr-jax]",
+    "tests/test_pipelines_image_to_text.py::test_matches_recorded_pipeline"
+    "[vision-encoder-decoder-jax]",
+    "tests/test_pipelines_grounding_dino.py::test_matches_recorded_pipeline[jax]",
+    "tests/test_pipelines_grounding_dino.py::test_grounded_matches_recorded_processor[jax]",
+}
+SLOW_FILES = {"tests/test_ray.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the marks
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.nodeid in SLOW_TESTS or item.nodeid.split("::")[0] in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_terminal_summary(terminalreporter):
