@@ -410,10 +410,31 @@ def test_save_pretrained_needs_a_repo(tmp_path):
 
 # --- transmuter.training: batches, losses and a step against PyTorch's own training -----------
 
+def recorded_step(pipe, ref, prefix="adamw", **options):
+    """training.step with the optax AdamW of a recorded curve's ``<prefix>/<option>`` values."""
+    import optax
+    from transmuter import training
+
+    opt = {k.split("/")[1]: ref[k] for k in ref.files if k.startswith(prefix + "/")}
+    return training.step(pipe, optax.adamw(float(opt["lr"]), *map(float, opt["betas"]),
+                                           eps=float(opt["eps"]),
+                                           weight_decay=float(opt["weight_decay"])), **options)
+
+
+def train(step, params, data, steps):
+    """``steps`` updates over ``data`` (epochs repeated): the trained params and each loss."""
+    state, losses = step.init(params), []
+    while len(losses) < steps:
+        for batch in data:
+            params, state, value = step(params, state, batch)
+            losses.append(float(value))
+    return params, losses[:steps]
+
+
 def test_adamw_loss_curve_equals_pytorch():
     """30 AdamW steps through training.batches / training.step against torch.optim.AdamW on the
     same weights, data and hyper-parameters (tests/support/record_finetune.py curve)."""
-    optax = pytest.importorskip("optax")
+    pytest.importorskip("optax")
     from transmuter import training
 
     ref = np.load(BERT / "references" / "finetune_curve.npz")
@@ -426,16 +447,9 @@ def test_adamw_loss_curve_equals_pytorch():
         got = batch.inputs[0]["input_ids"][:len(want), :want.shape[1]]
         np.testing.assert_array_equal(got, want)
         assert batch.weights.sum() == len(want)
-    adamw = {k.split("/")[1]: ref[k] for k in ref.files if k.startswith("adamw/")}
-    step = training.step(pipe, optax.adamw(float(adamw["lr"]), *map(float, adamw["betas"]),
-                                           eps=float(adamw["eps"]),
-                                           weight_decay=float(adamw["weight_decay"])))
+    step = recorded_step(pipe, ref)
     params = pipe.model.trainable_params
-    state, losses = step.init(params), []
-    while len(losses) < len(ref["loss"]):
-        for batch in data:
-            params, state, value = step(params, state, batch)
-            losses.append(float(value))
+    params, losses = train(step, params, data, len(ref["loss"]))
     # float32 on both sides, different summation orders: the first loss differs by 1.1e-7
     # relative, the worst of the 30 by 4.7e-7 (measured); 1e-4 is the issue's bound, which a
     # wrong AdamW detail (weight decay, bias correction, eps placement) or a missed padding
@@ -448,7 +462,7 @@ def test_bf16_mixed_precision_curve_equals_pytorch_autocast(tmp_path):
     float32 weights, against the same steps under torch.autocast("cpu", torch.bfloat16)
     (tests/support/record_finetune.py curve); every matrix product of the compiled step is a
     bfloat16 one; the trained weights stay float32 and save as the original's dtypes."""
-    optax = pytest.importorskip("optax")
+    pytest.importorskip("optax")
     from transmuter import training
 
     ref = np.load(BERT / "references" / "finetune_curve_bf16.npz")
@@ -456,21 +470,14 @@ def test_bf16_mixed_precision_curve_equals_pytorch_autocast(tmp_path):
                                trainable=[str(n) for n in ref["trained"]])
     data = training.batches(pipe, [str(t) for t in ref["texts"]], ref["labels"].tolist(),
                             batch_size=int(ref["batch"]))
-    adamw = {k.split("/")[1]: ref[k] for k in ref.files if k.startswith("adamw/")}
-    step = training.step(pipe, optax.adamw(float(adamw["lr"]), *map(float, adamw["betas"]),
-                                           eps=float(adamw["eps"]),
-                                           weight_decay=float(adamw["weight_decay"])))
+    step = recorded_step(pipe, ref)
     params = pipe.model.trainable_params
     assert {v.dtype for v in params.values()} == {np.dtype(np.float32)}
     batch = next(iter(data))
     hlo = step._run.lower(params, step.init(params), batch).as_text()
     dots = re.findall(r"stablehlo\.dot_general.*->\s*tensor<[0-9x]*(\w+)>", hlo)
     assert dots and set(dots) == {"bf16"}, sorted(set(dots))
-    state, losses = step.init(params), []
-    while len(losses) < len(ref["loss"]):
-        for batch in data:
-            params, state, value = step(params, state, batch)
-            losses.append(float(value))
+    params, losses = train(step, params, data, len(ref["loss"]))
     # Two bfloat16 policies (autocast: matmuls in bfloat16, most elementwise ops in float32;
     # ours: everything but the normalizations' statistics in bfloat16), 8 mantissa bits each:
     # measured 3.7e-4 relative at worst over the 30 steps (autocast vs float32: 1.6e-4).
@@ -505,7 +512,7 @@ def test_bf16_inference_equals_onnxruntime_within_bfloat16():
 def test_embedding_loss_curves_equal_sentence_transformers(kind):
     """sentence-transformers' MultipleNegativesRankingLoss / CosineSimilarityLoss, trained with
     AdamW on the same pairs (tests/support/record_finetune.py curve)."""
-    optax = pytest.importorskip("optax")
+    pytest.importorskip("optax")
     from transmuter import training
 
     fixture = FIXTURES / "bert-sentence-transformers"
@@ -516,17 +523,10 @@ def test_embedding_loss_curves_equal_sentence_transformers(kind):
     pairs = [tuple(map(str, p)) for p in ref["pairs"]]
     labels = ref["scores"].tolist() if kind == "cosine-similarity" else None
     data = training.batches(pipe, pairs, labels, batch_size=int(ref["batch"]))
-    adam = {k.split("/")[1]: ref[k] for k in ref.files if k.startswith("adam/")}
-    step = training.step(pipe, optax.adamw(float(adam["lr"]), *map(float, adam["betas"]),
-                                           eps=float(adam["eps"]),
-                                           weight_decay=float(adam["weight_decay"])), loss=kind)
+    step = recorded_step(pipe, ref, "adam", loss=kind)
     want = ref[f"loss/{kind}"]
     params = pipe.model.trainable_params
-    state, losses = step.init(params), []
-    while len(losses) < len(want):
-        for batch in data:
-            params, state, value = step(params, state, batch)
-            losses.append(float(value))
+    params, losses = train(step, params, data, len(want))
     # float32 both sides, different summation orders, 8 Adam steps: measured worst 4.8e-6
     # (MNRL, whose loss falls from 1.1 to 8e-3) and 1.3e-6 (cosine, a squared error of ~1e-2),
     # 1.2e-4 of those small values: hence the absolute floor of 1e-5. A wrong scale (20), a
@@ -538,7 +538,7 @@ def test_token_classification_curve_equals_transformers():
     """12 AdamW steps of the NER fixture on pre-split words with word labels, against
     BertForTokenClassification's own loss after transformers' label alignment
     (tests/support/record_finetune.py curve)."""
-    optax = pytest.importorskip("optax")
+    pytest.importorskip("optax")
     from transmuter import training
 
     fixture = FIXTURES / "bert-token-classification"
@@ -556,16 +556,9 @@ def test_token_classification_curve_equals_transformers():
         np.testing.assert_array_equal(batch.labels[:rows, :length], want_labels)
         assert (batch.labels[:, length:] == training.IGNORE).all()
         assert (batch.labels[rows:] == training.IGNORE).all()
-    adamw = {k.split("/")[1]: ref[k] for k in ref.files if k.startswith("adamw/")}
-    step = training.step(pipe, optax.adamw(float(adamw["lr"]), *map(float, adamw["betas"]),
-                                           eps=float(adamw["eps"]),
-                                           weight_decay=float(adamw["weight_decay"])))
+    step = recorded_step(pipe, ref)
     params = pipe.model.trainable_params
-    state, losses = step.init(params), []
-    while len(losses) < len(ref["loss"]):
-        for batch in data:
-            params, state, value = step(params, state, batch)
-            losses.append(float(value))
+    params, losses = train(step, params, data, len(ref["loss"]))
     # float32 both sides, different summation orders: measured worst 2.5e-6 relative over the
     # 12 steps; a label put on every sub-token, padding counted in the mean or a special token
     # labelled changes which tokens count, which moves a step's loss by far more than 1e-4.
