@@ -208,6 +208,25 @@ class Pipeline:
         return id2label.get(str(int(index)), id2label.get(int(index), f"LABEL_{int(index)}"))
 
 
+def generation_options(generate_kwargs, max_new_tokens, options):
+    """transformers' image pipelines' options for generate: ``generate_kwargs`` merged with
+    ``max_new_tokens`` and the keyword options; one given twice is refused, as transformers
+    refuses it."""
+    if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
+        raise PipelineError(f"generate_kwargs must be a dict, got {generate_kwargs!r:.80}")
+    given = dict(generate_kwargs or {})
+    if max_new_tokens is not None:
+        if "max_new_tokens" in given:  # transformers' own refusal
+            raise PipelineError("max_new_tokens is given both as an argument and inside "
+                                "generate_kwargs: give it once")
+        given["max_new_tokens"] = max_new_tokens
+    twice = sorted(set(given) & set(options))
+    if twice:
+        raise PipelineError(f"{twice} given both as keywords and inside generate_kwargs: "
+                            "give each once")
+    return {**given, **options}
+
+
 def _positive_int(value, what):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise PipelineError(f"{what} must be a positive int, got {value!r}")

@@ -33,7 +33,7 @@ from ...preprocess import chat_template
 from ...preprocess.image import load_image
 from ...preprocess.image_idefics3 import IMAGE, Idefics3Images, expand_prompt
 from ...preprocess.tokenizer import clean_up_tokenization
-from ..base import Pipeline, PipelineError
+from ..base import Pipeline, PipelineError, generation_options
 
 PIPELINE_DEFAULTS = {"max_new_tokens": 256}  # transformers' _default_generation_config (4.57)
 MODEL_TYPES = ("idefics3", "smolvlm")
@@ -100,19 +100,7 @@ class ImageTextToTextPipeline(Pipeline):
                              return_full_text=None, return_tensors=None,
                              clean_up_tokenization_spaces=None, continue_final_message=None,
                              do_image_splitting=None, **options):
-        if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
-            raise PipelineError(f"generate_kwargs must be a dict, got {generate_kwargs!r:.80}")
-        given = dict(generate_kwargs or {})
-        if max_new_tokens is not None:
-            if "max_new_tokens" in given:  # transformers' own refusal
-                raise PipelineError("max_new_tokens is given both as an argument and inside "
-                                    "generate_kwargs: give it once")
-            given["max_new_tokens"] = max_new_tokens
-        twice = sorted(set(given) & set(options))
-        if twice:
-            raise PipelineError(f"{twice} given both as keywords and inside generate_kwargs: "
-                                "give each once")
-        options = {**given, **options}
+        options = generation_options(generate_kwargs, max_new_tokens, options)
         check_options(self.task, options)
         config = GenerationConfig.from_dicts(self.generation_file, self.config,
                                              pipeline_defaults=PIPELINE_DEFAULTS, **options)

@@ -23,7 +23,7 @@ from ...generation import GenerationConfig
 from ...generation.config import OPTIONS, check_options
 from ...generation.seq2seq import Encoded
 from .. import encoder_decoder
-from ..base import PipelineError
+from ..base import PipelineError, generation_options
 from .base import VisionPipeline
 
 # transformers' ImageToTextPipeline._default_generation_config (4.57)
@@ -61,19 +61,7 @@ class ImageToTextPipeline(VisionPipeline):
             raise PipelineError(f"prompt= is not supported: a {self.config.get('model_type')} "
                                 "model generates from the image alone (transformers refuses it "
                                 "too); use image-text-to-text for models that take a prompt")
-        if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
-            raise PipelineError(f"generate_kwargs must be a dict, got {generate_kwargs!r:.80}")
-        given = dict(generate_kwargs or {})
-        if max_new_tokens is not None:
-            if "max_new_tokens" in given:  # transformers' own refusal
-                raise PipelineError("max_new_tokens is given both as an argument and inside "
-                                    "generate_kwargs: give it once")
-            given["max_new_tokens"] = max_new_tokens
-        twice = sorted(set(given) & set(options))
-        if twice:
-            raise PipelineError(f"{twice} given both as keywords and inside generate_kwargs: "
-                                "give each once")
-        options = {**given, **options}
+        options = generation_options(generate_kwargs, max_new_tokens, options)
         check_options(self.task, options)
         config = GenerationConfig.from_dicts(self.generation_file, self.config,
                                              pipeline_defaults=PIPELINE_DEFAULTS,
