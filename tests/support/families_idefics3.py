@@ -224,7 +224,7 @@ def export(m, out: Path):
                       opset_version=OPSET, dynamo=False,
                       dynamic_axes={"input_ids": {0: "batch_size", 1: "sequence_length"},
                                     "inputs_embeds": {0: "batch_size", 1: "sequence_length"}})
-    emb = torch.randn(2, 3, 32)
+    emb = torch.randn(2, 3, m.config.text_config.hidden_size)
     past = [torch.randn(2, KV_HEADS, 4, HEAD_DIM) for _ in past_names()]
     mask = torch.ones(2, 7, dtype=torch.int64)
     pos = torch.tensor([[4, 5, 6], [4, 5, 6]])
