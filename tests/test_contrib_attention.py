@@ -78,6 +78,7 @@ def _run_gqa(backend, inputs, attrs, dtype=F32, atol=2e-5):
             np.testing.assert_allclose(got[name][b, :, :valid].astype(np.float64),
                                        want[name][b, :, :valid].astype(np.float64), atol=atol,
                                        rtol=0, err_msg=f"{name}[{b}]")
+    return got, want
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -254,3 +255,27 @@ def test_gqa_attributes_onnxruntime_reads_otherwise_are_refused_at_load(attrs, m
                                                                 "kv_num_heads": HKV, **attrs})
     with pytest.raises(ModelLoadError, match=match):
         transmuter.load(model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rotary", [0, D // 2])
+def test_gqa_nan_past_the_attended_rows(backend, rotary):
+    """NaN in a padded token's rows (past seqlens_k + 1): ONNX Runtime's softmax reads only the
+    allowed scores and its weighted sum only the first seqlens_k + 1 value rows, so the NaN stays
+    in the padded rows; ours masks by a select (NaN + -inf is NaN) and zeroes the value rows past
+    them (0 * NaN is NaN). The fuzzer found it: a NaN in the rotary cache at a padded position
+    made every logit NaN. (A NaN in an attended row is not compared: onnxruntime's softmax then
+    gives 0 or NaN depending on where in the row it sits; tests/fuzz/known.py.)"""
+    inputs = gqa_inputs(5, 0, 5, [4, 2], rotary=rotary)
+    for name in ("query", "key", "value"):
+        inputs[name] = inputs[name].copy()
+        inputs[name][1, 3:] = np.nan  # batch 1's padded tokens (seqlens_k 2: 3 valid)
+    attrs = {"do_rotary": 1} if rotary else {}
+    got, want = _run_gqa(backend, inputs, attrs)
+    assert np.isfinite(want["output"][1, :3]).all() and np.isnan(want["output"][1, 3:]).all()
+    if rotary:  # a NaN in the cos cache at the padded positions of both entries
+        inputs = gqa_inputs(5, 0, 5, [2, 2], rotary=rotary)
+        inputs["cos_cache"] = inputs["cos_cache"].copy()
+        inputs["cos_cache"][3:5] = np.nan
+        got, want = _run_gqa(backend, inputs, attrs)
+        assert np.isfinite(want["output"][:, :3]).all()

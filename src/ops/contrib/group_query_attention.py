@@ -10,7 +10,7 @@ Scores, softmax and the weighted sum run in f32."""
 
 import numpy as np
 
-from ..attention import (apply_softcap, block, f32, grouped_scores, grouped_values,
+from ..attention import (NEG_INF, apply_softcap, f32, grouped_scores, grouped_values,
                          merge_heads, safe_softmax, smooth_softmax)
 from ..registry import op
 from ..transformer_blocks import rotate_partial
@@ -53,21 +53,30 @@ def rope_heads(xp, x, cos_cache, sin_cache, pos, interleaved):
     return rotate_partial(xp, x, cos, sin, interleaved, 2 * cos_cache.shape[-1])
 
 
-def attend(xp, q, k, v, allowed, *, scale, softcap, bias=None, smooth=False, sink=None):
+def attend(xp, q, k, v, allowed, *, scale, softcap, bias=None, smooth=False, sink=None,
+           valid=None):
     """q (B, Hq, S, D), k/v (B, Hkv, L, D), ``allowed`` broadcastable to (B, Hq, S, L).
-    ORT order: scale, softcap, + bias, mask, softmax. Returns f32 output, scores, probs."""
+    ORT order: scale, softcap, + bias, mask, softmax. Returns f32 output, scores, probs.
+    ONNX Runtime's softmax reads only the allowed columns, and its weighted sum only the first
+    ``valid[b]`` value rows: a NaN in a key or value past them (a padded row's) stays out.
+    So the mask is a select, not an added -inf (NaN + -inf is NaN), and value rows past
+    ``valid`` are zeroed (0 * NaN is NaN)."""
     scores = grouped_scores(xp, f32(xp, q), f32(xp, k)) * np.float32(scale)
     scores = apply_softcap(xp, scores, softcap)
     if bias is not None:
         scores = scores + f32(xp, bias)
-    masked = scores + block(xp, allowed)
+    masked = xp.where(allowed, scores, np.float32(NEG_INF))
+    v = f32(xp, v)
+    if valid is not None:
+        rows = xp.reshape(xp.arange(v.shape[2], dtype=np.int64), (1, 1, -1, 1))
+        v = xp.where(rows < xp.reshape(valid, (-1, 1, 1, 1)), v, np.float32(0))
     if smooth or sink is not None:
         sink = None if sink is None else xp.reshape(f32(xp, sink), (1, -1, 1, 1))
         probs = smooth_softmax(xp, masked, sink)
     else:
         probs = safe_softmax(xp, masked)
     probs = xp.where(allowed, probs, np.float32(0))
-    return grouped_values(xp, probs, f32(xp, v)), scores, probs
+    return grouped_values(xp, probs, v), scores, probs
 
 
 def _heads(xp, x, n):
@@ -209,7 +218,7 @@ def group_query_attention(xp, query, key=None, value=None, past_key=None, past_v
             attention_bias, [(0, 0)] * 3 + [(0, pad)]) if pad > 0 else attention_bias[..., :length]
     out, scores, probs = attend(
         xp, q, present_k, present_v, allowed, scale=scale or 1 / np.sqrt(d), softcap=softcap,
-        bias=bias, smooth=bool(smooth_softmax), sink=head_sink)
+        bias=bias, smooth=bool(smooth_softmax), sink=head_sink, valid=valid)
     outputs = (xp.astype(merge_heads(xp, out), dt), present_k, present_v)
     if ctx.n_outputs > 3:
         qk = probs if qk_output == 2 else xp.where(allowed, scores, np.float32(0))
