@@ -49,7 +49,10 @@ time "$EXPORT" tests/support/families_detr_panoptic.py  # detr-panoptic: optimum
 time "$EXPORT" tests/support/record_detr_panoptic.py  # its panoptic / instance / semantic pipeline references
 time "$EXPORT" tests/support/families_grounding_dino.py  # grounding-dino: torch.onnx, one image size
 time "$EXPORT" tests/support/record_grounding_dino.py  # its pipeline / grounded / processor references (rebuilds the model)
+time "$EXPORT" tests/support/families_sam.py  # sam: optimum SAM split export (vision_encoder + prompt_encoder_mask_decoder)
+time "$EXPORT" tests/support/record_sam.py  # its prompt-mode (SamProcessor) and automatic mask-generation pipeline references
 time "$EXPORT" tests/support/families_vision_rtdetr.py
+time "$EXPORT" tests/support/families_vision_dfine.py  # d-fine: optimum export, photo references
 time "$EXPORT" tests/support/families_vision_sr.py
 time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
