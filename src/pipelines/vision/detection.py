@@ -1,7 +1,8 @@
 """object-detection: transformers' ObjectDetectionPipeline over DETR-style heads (DETR, YOLOS,
 Conditional / Deformable DETR: ``logits`` [B, queries, classes + 1], ``pred_boxes`` as normalized
-centre x, y, width, height) and RT-DETR's sigmoid head (``logits`` [B, queries, classes]: no "no
-object" class; RTDetrImageProcessor.post_process_object_detection with use_focal_loss=True).
+centre x, y, width, height) and the sigmoid head of RT-DETR (v1, v2) and D-FINE (``logits``
+[B, queries, classes]: no "no object" class; RTDetrImageProcessor.post_process_object_detection
+with use_focal_loss=True).
 
     pipe("street.jpg")                  -> [{"score", "label", "box": {"xmin", "ymin", "xmax",
                                              "ymax"}}, ...]   (pixels, truncated to ints)
@@ -44,9 +45,14 @@ class ObjectDetectionPipeline(VisionPipeline):
                 for s, c, b in zip(scores[keep], labels[keep], boxes[keep])]
 
 
+# model types whose checkpoints use RTDetrImageProcessor's focal (sigmoid top-k) post-processing
+FOCAL_MODEL_TYPES = {"rt_detr", "rt_detr_v2", "d_fine"}
+
+
 def is_rt_detr(config, image_processor):
-    """RT-DETR's head: by config.json's model_type, else by its processor's type."""
-    if (config or {}).get("model_type") == "rt_detr":
+    """RT-DETR's head (RT-DETR v1 / v2, D-FINE): by config.json's model_type, else by its
+    processor's type."""
+    if (config or {}).get("model_type") in FOCAL_MODEL_TYPES:
         return True
     return str(getattr(image_processor, "name", "")).startswith("RTDetrImageProcessor")
 
