@@ -276,3 +276,23 @@ def test_a_skip_norm_gamma_of_another_shape_is_refused(backend, gamma, match):
         ort.InferenceSession(model.SerializeToString()).run(None, feed)
     with pytest.raises(OpError, match=match):
         transmuter.run(transmuter.load(model, backend=backend), feed)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("ends,starts,match", [
+    (np.array(2, np.int64), [0], r"ends must be a 1-D array, got shape \[\]"),
+    (np.array([[2]], np.int64), [0], r"ends must be a 1-D array, got shape \[1, 1\]"),
+    (np.array([2, 3], np.int64), [0], r"ends has 2 entries and starts 1")])
+def test_slice_inputs_not_one_d_or_of_other_lengths_are_refused(backend, ends, starts, match):
+    # issue 14 (fuzz 20261201:6604, two flipped bytes in gpt2's merged decoder: a Constant's
+    # dims [1] -> [], a 0-d Slice ends in the If branch, sliced as [n]); onnxruntime refuses it
+    # when the node runs ("Ends must be a 1-D array"): an OpError there, in a branch too.
+    from transmuter.errors import OpError
+    model = make_model([helper.make_node("Slice", ["x", "s", "e"], ["z"])],
+                       [info("x", T.FLOAT, [4])], [info("z", T.FLOAT, None)],
+                       {"s": np.array(starts, np.int64), "e": ends})
+    feed = {"x": np.arange(4, dtype=np.float32)}
+    with pytest.raises(Exception):  # noqa: B017 - any refusal: ORT's messages are its own
+        ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    with pytest.raises(OpError, match=match):
+        transmuter.run(transmuter.load(model, backend=backend), feed)

@@ -155,8 +155,23 @@ def slice_v1(xp, x, *, starts, ends, axes=None):
     return _slice(xp, x, starts, ends, axes)
 
 
+def _check_slice_inputs(**inputs):
+    """ONNX Runtime's checks of Slice's starts/ends/axes/steps (slice.h): each 1-D, all one
+    length. Without them a 0-d ends (one flipped byte in a Constant's dims) slices as [n]."""
+    n = np.size(inputs["starts"])
+    for name, v in inputs.items():
+        if v is None:
+            continue
+        if np.ndim(v) != 1:
+            raise ValueError(f"{name} must be a 1-D array, got shape {list(np.shape(v))}")
+        if np.size(v) != n:
+            raise ValueError(f"{name} has {np.size(v)} entries and starts {n}: Slice takes "
+                             "one of each per sliced axis")
+
+
 @op("Slice", 10, static=(1, 2, 3, 4))
 def slice_(xp, x, starts, ends, axes=None, steps=None):
+    _check_slice_inputs(starts=starts, ends=ends, axes=axes, steps=steps)
     return _slice(xp, x, starts, ends, axes, steps)
 
 

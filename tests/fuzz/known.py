@@ -7,8 +7,6 @@ Remove an entry once its fix lands: the run then shows its cases pass (or fail, 
 
 import fnmatch
 
-_ACCEPTED = "| accepted (onnxruntime refuses)"
-
 KNOWN = {
     # Invalid models that onnxruntime (and mostly onnx.checker) refuses, loaded and run.
     "structural/initializer-data * llama-gqa/* | different answer":
@@ -21,9 +19,6 @@ KNOWN = {
     "bytes/flip-bytes * llama-gqa/* | different answer":
         "the same, when the flipped byte makes a NaN or inf in cos_cache / sin_cache at a row a "
         "valid token uses; 20261201:8185 (sin_cache, a padded token's row) passes since the fix",
-    f"bytes/flip-bytes * gpt2/* {_ACCEPTED}":
-        "two flipped bytes give a merged decoder whose If branch onnxruntime refuses at run "
-        "time and we run (20261201:6604); not localized",
     "external/wrong-offset mlx gpt2/* | different answer":
         "not a bug: weights shifted by a byte reach float32's limit, where one summation order "
         "gives 2.5e38 and another inf (20261202:2912, gpt2 on MLX: 2 of 1,344 values); the "
