@@ -19,6 +19,8 @@ SLOW_TESTS = {
     "[vision-encoder-decoder-jax]",
     "tests/test_pipelines_grounding_dino.py::test_matches_recorded_pipeline[jax]",
     "tests/test_pipelines_grounding_dino.py::test_grounded_matches_recorded_processor[jax]",
+    "tests/test_pipelines_mask_generation.py::test_prompts_match_transformers[jax]",
+    "tests/test_pipelines_mask_generation.py::test_automatic_matches_transformers[jax]",
 }
 SLOW_FILES = {"tests/test_ray.py"}
 

@@ -28,6 +28,7 @@ TASKS = {
     "object-detection": ("vision.detection", "ObjectDetectionPipeline"),
     "zero-shot-object-detection": ("vision.zero_shot_detection", "ZeroShotObjectDetectionPipeline"),
     "image-segmentation": ("vision.segmentation", "ImageSegmentationPipeline"),
+    "mask-generation": ("vision.mask_generation", "MaskGenerationPipeline"),
     "depth-estimation": ("vision.depth", "DepthEstimationPipeline"),
     "image-to-image": ("vision.image_to_image", "ImageToImagePipeline"),
     "image-feature-extraction": ("vision.embedding", "ImageFeatureExtractionPipeline"),
@@ -50,8 +51,7 @@ ALIASES = {
     "text-to-speech": "text-to-audio",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
-PLANNED = {"background-removal",
-           "mask-generation"}
+PLANNED = {"background-removal"}
 
 
 def normalize(task):

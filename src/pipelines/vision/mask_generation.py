@@ -1,0 +1,236 @@
+"""mask-generation on SAM exports in transformers.js' layout (Xenova/sam-vit-base,
+Xenova/slimsam-77-uniform: optimum's split SAM export): ``onnx/vision_encoder.onnx`` (pixel_values
+-> image_embeddings, image_positional_embeddings) and ``onnx/prompt_encoder_mask_decoder.onnx``
+(input_points, input_labels and both embeddings -> iou_scores, pred_masks). Two modes:
+
+    pipe("photo.jpg")            transformers' MaskGenerationPipeline: a grid of points over the
+        -> {"masks": [bool (H, W) arrays], "scores": float32 array}
+                                 image, masks filtered by predicted IoU and stability, then NMS
+    pipe("photo.jpg", input_points=[[[450, 600]]], input_labels=[[1]])
+        -> {"masks": bool (prompts, 3, H, W), "iou_scores": float32 (prompts, 3)}
+                                 SamProcessor + SamModel + post_process_masks: per prompt, the
+                                 decoder's three masks at the image's size and their IoU scores
+
+Either way the image embedding is computed once per image and reused by every prompt or point
+batch. See docs/vision-tasks.md for the options and what is refused.
+"""
+
+import numpy as np
+
+from ..base import PipelineError
+from . import sam
+from .base import VisionPipeline
+
+DECODER = "prompt_encoder_mask_decoder"
+DECODER_INPUTS = {"input_points", "input_labels", "image_embeddings", "image_positional_embeddings"}
+# transformers' MaskGenerationPipeline defaults (preprocess, _forward, postprocess)
+AUTOMATIC = {"points_per_batch": 64, "points_per_crop": 32, "crops_n_layers": 0,
+             "crop_overlap_ratio": 512 / 1500, "crop_n_points_downscale_factor": 1,
+             "pred_iou_thresh": 0.88, "stability_score_thresh": 0.95, "stability_score_offset": 1,
+             "crops_nms_thresh": 0.7, "output_bboxes_mask": False, "output_rle_mask": False}
+PROMPTS = ("input_points", "input_labels", "input_boxes", "multimask_output")
+
+
+class MaskGenerationPipeline(VisionPipeline):
+    task = "mask-generation"
+
+    def __init__(self, model, config=None, *, repo=None, prompt_encoder_mask_decoder=None,
+                 **kwargs):
+        outputs = {v.name for v in model.outputs}
+        if not {"image_embeddings", "image_positional_embeddings"} <= outputs:
+            raise PipelineError(f"{self.task} runs SAM's split export: a vision_encoder.onnx giving "
+                                "image_embeddings and image_positional_embeddings; this graph gives "
+                                f"{sorted(outputs)}")
+        self.decoder = prompt_encoder_mask_decoder or _load_decoder(repo, model)
+        missing = DECODER_INPUTS - {v.name for v in self.decoder.inputs}
+        if missing:
+            raise PipelineError(f"The {DECODER} graph lacks input(s) {sorted(missing)}; SAM's split "
+                                f"export takes {sorted(DECODER_INPUTS)}")
+        super().__init__(model, config, repo=repo, **kwargs)
+
+    @staticmethod
+    def onnx_component(repo):
+        return "vision_encoder"
+
+    # --- options -------------------------------------------------------------------------------
+
+    def _sanitize_parameters(self, input_points=None, input_labels=None, input_boxes=None,
+                             multimask_output=True, mask_threshold=0.0, **options):
+        unknown = sorted(set(options) - set(AUTOMATIC))
+        if unknown:
+            hint = (" (transformers' post_process_masks takes neither: its pipeline fails there)"
+                    if {"max_hole_area", "max_sprinkle_area"} & set(unknown) else "")
+            raise PipelineError(f"{self.task} takes no option(s) {unknown}{hint}")
+        if input_boxes is not None:
+            raise PipelineError("input_boxes: this prompt_encoder_mask_decoder graph takes points only "
+                                "(optimum's SAM export runs the prompt encoder with input_boxes=None); "
+                                "give a box as input_points instead, or an export with box inputs")
+        if multimask_output is not True:
+            raise PipelineError("multimask_output=False: the exported decoder fixes multimask_output=True "
+                                "(its pred_masks are SAM's three multimask outputs; the single-mask "
+                                "output is not in the graph): pick the best of the three by iou_scores")
+        mask_threshold = _number(mask_threshold, "mask_threshold")
+        if input_points is None:
+            if input_labels is not None:
+                raise PipelineError("input_labels need input_points (one label per point)")
+            auto = _automatic_options({**AUTOMATIC, **options})
+            return {"grid": auto["points_per_crop"]}, {"batch": auto["points_per_batch"]}, {
+                "mask_threshold": mask_threshold, "auto": auto}
+        if options:
+            raise PipelineError(f"{sorted(options)} apply to automatic mask generation (no "
+                                "input_points); a prompted call takes input_points, input_labels "
+                                "and mask_threshold")
+        return {"prompts": _prompts(input_points, input_labels)}, {}, {
+            "mask_threshold": mask_threshold, "auto": None}
+
+    # --- the pipeline --------------------------------------------------------------------------
+
+    def preprocess(self, image, prompts=None, grid=None):
+        chunk = self.features(image)
+        features = chunk["image"]
+        original = features["original_size"]
+        longest = self.image_processor.size["longest_edge"]
+        if prompts is not None:
+            points, labels = prompts
+            chunk["points"] = sam.scale_points(points, original, longest).astype(np.float32)
+            chunk["labels"] = labels
+        else:
+            # generate_crop_boxes with crops_n_layers 0: the whole image is the one crop
+            height, width = original
+            grid_points = sam.point_grid(grid) * np.array([width, height])
+            chunk["points"] = sam.scale_points(grid_points, original, longest)[:, None].astype(np.float32)
+            chunk["labels"] = np.ones(chunk["points"].shape[:2], np.int64)
+        yield chunk
+
+    def _forward_group(self, chunks, batch=None):
+        """The encoder runs once on the group's images; each image's prompts (or point batches)
+        then run the decoder on its embeddings."""
+        encoded = super()._forward_group(chunks)
+        return [dict(c, decoded=self._decode(c, batch)) for c in encoded]
+
+    def _decode(self, chunk, batch):
+        """[(iou_scores [P, 3], pred_masks [P, 3, h, w])]: all prompts at once, or the grid's
+        points ``batch`` at a time (the last batch padded with its first point: one shape)."""
+        embeddings = {k: chunk[k][None] for k in ("image_embeddings", "image_positional_embeddings")}
+        points, labels = chunk["points"], chunk["labels"]
+        size = len(points) if batch is None else batch
+        out = []
+        for start in range(0, len(points), size):
+            p, l = points[start:start + size], labels[start:start + size]
+            n = len(p)
+            if batch is not None and n < size:
+                p = np.concatenate([p, np.repeat(p[:1], size - n, 0)])
+                l = np.concatenate([l, np.repeat(l[:1], size - n, 0)])
+            result = self._run_model({"input_points": p[None], "input_labels": l[None], **embeddings},
+                                     model=self.decoder)
+            out.append((result["iou_scores"][0, :n], result["pred_masks"][0, :n]))
+        return out
+
+    def postprocess(self, outputs, mask_threshold=0.0, auto=None):
+        out = outputs[0]
+        sizes = self._sizes(out["image"])
+        if auto is None:
+            (iou, low_res), = out["decoded"]
+            masks = sam.upscale_masks(low_res, *sizes) > mask_threshold
+            return {"masks": masks, "iou_scores": iou.astype(np.float32)}
+        kept = [self._filter(iou, low_res, sizes, mask_threshold, auto) for iou, low_res in out["decoded"]]
+        return _select(kept, auto)
+
+    def _sizes(self, features):
+        pad = self.image_processor.pad_size
+        return (pad["height"], pad["width"]), features["size"], features["original_size"]
+
+    def _filter(self, iou, low_res, sizes, mask_threshold, auto):
+        """SamImageProcessor.filter_masks on one point batch: (scores, boxes, RLEs) kept. The IoU
+        filter runs before the masks are upscaled (the same masks survive; far less to resize)."""
+        iou, low_res = iou.reshape(-1).astype(np.float32), low_res.reshape(-1, *low_res.shape[-2:])
+        keep = np.ones(len(iou), bool)
+        if auto["pred_iou_thresh"] > 0.0:
+            keep &= iou > auto["pred_iou_thresh"]
+        iou, masks = iou[keep], sam.upscale_masks(low_res[keep], *sizes)
+        if auto["stability_score_thresh"] > 0.0:
+            stable = sam.stability_scores(masks, mask_threshold, auto["stability_score_offset"])
+            keep = stable > auto["stability_score_thresh"]
+            iou, masks = iou[keep], masks[keep]
+        masks = masks > mask_threshold
+        boxes = sam.mask_boxes(masks)
+        height, width = sizes[2]
+        keep = ~sam.near_crop_edge(boxes, [0, 0, width, height], sizes[2])
+        return iou[keep], boxes[keep], [sam.mask_to_rle(m) for m in masks[keep]]
+
+
+def _select(kept, auto):
+    """post_process_for_mask_generation: NMS over every batch's masks by their boxes."""
+    scores = np.concatenate([k[0] for k in kept])
+    boxes = np.concatenate([k[1] for k in kept]).reshape(-1, 4)
+    rles = [rle for k in kept for rle in k[2]]
+    order = sam.nms(boxes, scores, auto["crops_nms_thresh"])
+    result = {"masks": [sam.rle_to_mask(rles[i]) for i in order], "scores": scores[order]}
+    if auto["output_rle_mask"]:
+        result["rle_mask"] = [rles[i] for i in order]
+    if auto["output_bboxes_mask"]:
+        result["bounding_boxes"] = boxes[order]
+    return result
+
+
+def _load_decoder(repo, model):
+    from ...model import load_beside
+
+    if repo is None:
+        raise PipelineError(f"A SAM vision encoder loaded by hand needs {DECODER}= (the decoder's "
+                            "transmuter.Model) or config= its repo folder")
+    names = [f.rsplit("/", 1)[-1] for f in repo.onnx_files()]
+    if not any(n.startswith(DECODER) for n in names):
+        raise PipelineError(f"{repo.label} has no onnx/{DECODER}*.onnx beside vision_encoder "
+                            f"(SAM's split export); it has {', '.join(sorted(names))}")
+    return load_beside(model, repo, repo.choose(DECODER, None).path)
+
+
+def _prompts(points, labels):
+    """input_points [prompts][points][x, y] and input_labels [prompts][points] of one image (the
+    per-image level of SamProcessor's inputs), as arrays; labels default to 1 (SamModel)."""
+    try:
+        points = np.array(points, np.float64)
+    except (TypeError, ValueError) as e:
+        raise PipelineError(f"input_points must be numbers nested [prompts][points][x, y] with as "
+                            f"many points in every prompt (pad with label -10): {e}") from None
+    if points.ndim != 3 or points.shape[-1] != 2 or 0 in points.shape or not np.isfinite(points).all():
+        raise PipelineError(f"input_points must be finite numbers shaped [prompts][points][x, y], e.g. "
+                            f"[[[450, 600]]] for one point; got shape {points.shape}")
+    if labels is None:
+        return points, np.ones(points.shape[:2], np.int64)
+    try:
+        raw = np.array(labels)
+    except (TypeError, ValueError) as e:
+        raise PipelineError(f"input_labels must be ints nested [prompts][points]: {e}") from None
+    if raw.shape != points.shape[:2] or not np.issubdtype(raw.dtype, np.integer):
+        raise PipelineError(f"input_labels must be ints shaped [prompts][points] = {list(points.shape[:2])} "
+                            f"(1 foreground, 0 background, -10 padding), got {raw.dtype} {raw.shape}")
+    return points, raw.astype(np.int64)
+
+
+def _automatic_options(auto):
+    for name in ("points_per_crop", "crop_n_points_downscale_factor"):
+        _positive(auto[name], name)
+    if auto["points_per_batch"] is not None:
+        _positive(auto["points_per_batch"], "points_per_batch")
+    if auto["crops_n_layers"] != 0:
+        raise PipelineError(
+            f"crops_n_layers={auto['crops_n_layers']!r}: only 0 (the whole image) is supported; "
+            "transformers 4.57's pipeline fails on crops too (one point batch for the embeddings "
+            "of several crops)")
+    for name in ("crop_overlap_ratio", "pred_iou_thresh", "stability_score_thresh",
+                 "stability_score_offset", "crops_nms_thresh"):
+        auto[name] = _number(auto[name], name)
+    return auto
+
+
+def _number(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise PipelineError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PipelineError(f"{name} must be a positive int, got {value!r}")
