@@ -86,13 +86,20 @@ def save_pretrained(model, folder, params=None):
     processor, generation config: what ``transmuter.pipeline(task, folder)`` reads), so that
     pipeline and onnxruntime both load the result. Not copied: the repo's other ONNX graphs
     and the model's framework weights (``*.safetensors``, ``*.bin``), but those of the
-    sentence-transformers modules after it (``2_Dense/model.safetensors``: they did not train
-    and the pipeline runs them). Returns the ONNX file's path."""
+    sentence-transformers modules after it (``2_Dense/model.safetensors``: the pipeline runs
+    them). ``params`` may hold the weights of those Dense modules too, by
+    ``"2_Dense/linear.weight"`` (``training.params``): each such module's weights are written
+    as its folder's ``model.safetensors`` (in their source dtypes) in place of its old file.
+    Returns the ONNX file's path."""
     repo, file = _origin(model)
     folder = os.path.abspath(os.fspath(folder))
-    modules = _module_folders(repo)
+    paths = _module_paths(repo)
+    modules = {p.split("/")[0] for p in paths}
+    params, heads = _split_modules(params, paths)
     for rel in repo.files():
         name = posixpath.basename(rel)
+        if posixpath.dirname(rel) in heads and name in ("model.safetensors", "pytorch_model.bin"):
+            continue  # written below, trained
         skip = _SKIP.search(name) and not (rel.split("/")[0] in modules
                                            and not name.endswith((".onnx", ".onnx_data")))
         if skip or name.startswith(".") or any(
@@ -103,17 +110,51 @@ def save_pretrained(model, folder, params=None):
             continue  # saving into the repo's own folder
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(source, target)  # follows the Hub cache's symlinks to the bytes
+    for path, tensors in heads.items():
+        _write_module(repo, os.path.join(folder, *path.split("/")), path, tensors)
     return save(model, os.path.join(folder, *file.split("/")), params)
 
 
-def _module_folders(repo):
-    """The folders of modules.json's sentence-transformers modules (not the model's own, "")."""
+def _module_paths(repo):
+    """The paths of modules.json's sentence-transformers modules (not the model's own, "")."""
     try:
         modules = repo.json("modules.json", []) or []
     except Exception:  # noqa: BLE001 - a broken modules.json is the pipeline's to report
         return set()
-    return {str(m.get("path")).split("/")[0] for m in modules
+    return {str(m.get("path")).strip("/") for m in modules
             if isinstance(m, dict) and m.get("path")}
+
+
+def _split_modules(params, paths):
+    """(the model's params, {module path: {tensor: array}}) of ``params``: a key
+    '<module path>/<tensor>' is a module's weight."""
+    model, heads = {}, {}
+    for key, value in (params or {}).items():
+        path, _, tensor = key.rpartition("/")
+        if path in paths:
+            heads.setdefault(path, {})[tensor] = value
+        else:
+            model[key] = value
+    return (model if params is not None else None), heads
+
+
+def _write_module(repo, folder, path, given):
+    """``folder/model.safetensors``: the module's weights with ``given`` in their place."""
+    from .pipelines.text import st_modules
+
+    own = st_modules.read_module_weights(repo, path)
+    for tensor, value in given.items():
+        if tensor not in own:
+            raise InputError(f"params[{path + '/' + tensor!r}]: the module {path} has no weight "
+                             f"{tensor!r}; it has {sorted(own)}")
+        value = np.asarray(value)
+        if value.shape != own[tensor].shape or not np.issubdtype(value.dtype, np.floating):
+            raise InputError(f"params[{path + '/' + tensor!r}] is {value.dtype} "
+                             f"{list(value.shape)}; the weight is floats of shape "
+                             f"{list(own[tensor].shape)}")
+        own[tensor] = value.astype(own[tensor].dtype)
+    os.makedirs(folder, exist_ok=True)
+    st_modules.write_safetensors(os.path.join(folder, "model.safetensors"), own)
 
 
 def _value(model, full, given, entry):

@@ -18,6 +18,10 @@ Low-rank adapters instead (the model's weights stay; A and B train; saving merge
     ...
     transmuter.save_pretrained(pipe.model, "tuned/", params=adapters.merge(params))
 
+A text-embedding model with sentence-transformers Dense modules after pooling trains them too
+when the params are ``training.params(pipe)`` (``pipe.model.trainable_params`` keeps them frozen);
+``save_pretrained`` writes them back into their module folders.
+
 Examples go through the pipeline's own ``preprocess`` (the tokenization, truncation and image
 preparation of inference), so what trains is what will run. A batch always has ``batch_size``
 rows (the last one is padded with rows of weight 0): one compiled shape per length bucket.
@@ -178,6 +182,22 @@ class Step:
             for feed in batch.inputs:
                 self.model.check_indices(feed)
         return self._run(params, state, batch)
+
+
+def params(pipe):
+    """The pytree to train: the model's trainable weights (``pipe.model.trainable_params``) and,
+    in a text-embedding pipeline whose modules.json has Dense modules after pooling, their
+    weights by ``"<module folder>/linear.weight"`` (and ``".../linear.bias"``), which train too
+    and which ``save_pretrained`` writes back into the module's folder. Pass
+    ``pipe.model.trainable_params`` instead to keep the Dense modules as they are."""
+    import jax.numpy as jnp
+
+    _check_pipeline(pipe)
+    out = dict(pipe.model.trainable_params)
+    for module in getattr(pipe, "head", ()):
+        if hasattr(module, "tensors"):
+            out.update({module.param_name(t): jnp.asarray(v) for t, v in module.tensors().items()})
+    return out
 
 
 def lora(pipe, *, rank=8, alpha=None, targets=None):

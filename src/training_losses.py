@@ -78,22 +78,43 @@ def binary_cross_entropy(pipe):
     return loss
 
 
+# st_modules.ACTIVATIONS, traced (torch's exact GELU, as there)
+_ACTIVATIONS = {"Identity": lambda x: x, "Tanh": jnp.tanh, "ReLU": jax.nn.relu,
+                "Sigmoid": jax.nn.sigmoid, "GELU": lambda x: jax.nn.gelu(x, approximate=False),
+                "SiLU": jax.nn.silu}
+
+
 def _embedder(pipe):
-    """Sentence embeddings of a feed, pooled as the pipeline pools them (traced)."""
+    """Sentence embeddings of a feed as the pipeline computes them, traced: pooled, then the
+    modules after pooling in order. A Dense reads its weights from params where they are given
+    (training.params: they train), else its own (frozen)."""
     from .pipelines.text import st_modules
     from .pipelines.text.embedding import pool
 
-    if any(module is not st_modules.normalize for module in pipe.head):
-        # its weights are NumPy's, its activations NumPy functions: not traced, not trained
-        raise InputError("training a text-embedding model whose modules.json has a Dense "
-                         "module after pooling is not supported yet")
     outputs = _outputs(pipe)
+    heads = head_names(pipe)
 
     def embed(params, feed):
-        out = outputs(params, feed)
+        out = outputs({k: v for k, v in params.items() if k not in heads}, feed)
         hidden = pipe.output(out, "last_hidden_state", "token_embeddings")
-        return pool(hidden, feed["attention_mask"], pipe.modes, xp=jnp)
+        x = pool(hidden, feed["attention_mask"], pipe.modes, xp=jnp)
+        for module in pipe.head:
+            if module is st_modules.normalize:
+                x = _unit(x)
+                continue
+            own = module.tensors()
+            weight, bias = (params.get(module.param_name(t), own.get(t))
+                            for t in ("linear.weight", "linear.bias"))
+            x = x @ weight.T
+            x = _ACTIVATIONS[module.kind](x if bias is None else x + bias)
+        return x
     return embed
+
+
+def head_names(pipe):
+    """The training.params keys of the Dense modules after pooling."""
+    return {m.param_name(t) for m in getattr(pipe, "head", ()) if hasattr(m, "tensors")
+            for t in m.tensors()}
 
 
 def _unit(x):

@@ -20,7 +20,8 @@ ONNX initializer is the sum of its PyTorch parameters' gradients, each transpose
 ``curve`` (or ``python record_finetune.py curve``) also records the same 30 steps under
 ``torch.autocast("cpu", torch.bfloat16)`` (``finetune_curve_bf16.npz``, for compute_type="bf16"),
 and records the token-classification curve
-(``record_token_curve``) and records the loss of 30 AdamW steps of the BERT
+(``record_token_curve``), the MNRL curve through bert-st-dense's Dense modules
+(``record_dense_curve``; ``python record_finetune.py dense`` records it alone), and records the loss of 30 AdamW steps of the BERT
 classifier on CURVE_TEXTS / CURVE_LABELS in batches of CURVE_BATCH (in order, no shuffling),
 tokenized by the fixture's own tokenizer (transformers' AutoTokenizer on the fixture folder,
 padded to the longest row of each batch), with torch.optim.AdamW(lr, betas, eps, weight_decay of
@@ -316,6 +317,64 @@ def record_embedding_curves(name="bert-sentence-transformers"):
     np.savez_compressed(d / "references" / "finetune_embedding_curves.npz", **out)
 
 
+DENSE_TEXTS = ["A man is playing a guitar.", "The weather is lovely today."]
+
+
+def record_dense_curve(name="bert-st-dense"):
+    """sentence-transformers' MultipleNegativesRankingLoss on PAIRS through the fixture's whole
+    module list (Transformer, mean Pooling, Dense 32->24 Tanh, Dense 24->16 GELU, Normalize):
+    PAIR_STEPS steps of torch.optim.AdamW (PAIR_ADAM) in batches of PAIR_BATCH, the BERT weights
+    that are one initializer each and both Dense modules' weights training (the Dense modules
+    loaded from the fixture's own 2_Dense / 3_Dense files). Writes
+    references/finetune_dense_curve.npz: ``loss`` per step, ``trained`` (the initializers),
+    ``dense/<module path>/<tensor>`` (each Dense weight after training), ``texts`` (DENSE_TEXTS)
+    and ``embeddings`` (the trained model's SentenceTransformer.encode of them), with ``pairs``,
+    ``batch`` and ``adam/<option>``."""
+    import families_text as ft
+    import torch
+    from sentence_transformers import SentenceTransformer, losses, models
+    from transformers import BertModel, BertTokenizerFast
+
+    d = ec.FIXTURES_ROOT / name
+    tok = BertTokenizerFast.from_pretrained(str(ec.FIXTURES_ROOT / "bert"))
+    ec.seed_everything()  # as families_text_seeds.build_st_dense
+    bert = BertModel(ft._bert_config(tok)).eval()
+    params = {k: p.detach().numpy() for k, p in bert.named_parameters()}
+    mapping = _mapping(_float_initializers(d / "onnx" / "model.onnx"), params)
+    with tempfile.TemporaryDirectory() as work:
+        bert.save_pretrained(work)
+        tok.save_pretrained(work)
+        body = models.Transformer(work, max_seq_length=32)
+    dense = [models.Dense.load(str(d / path)) for path in ("2_Dense", "3_Dense")]
+    st = SentenceTransformer(modules=[body, models.Pooling(32, "mean"), *dense,
+                                      models.Normalize()], device="cpu").eval()
+    train = {"0.model." + m[0][0] for m in mapping.values() if len(m) == 1}
+    for pname, p in st.named_parameters():
+        p.requires_grad_(pname in train or pname.startswith(("2.", "3.")))
+    loss_fn = losses.MultipleNegativesRankingLoss(st)
+    optimizer = torch.optim.AdamW([p for p in st.parameters() if p.requires_grad], **PAIR_ADAM)
+    batches = [range(i, min(i + PAIR_BATCH, len(PAIRS))) for i in range(0, len(PAIRS), PAIR_BATCH)]
+    curve = []
+    for step in range(PAIR_STEPS):
+        rows = batches[step % len(batches)]
+        loss = loss_fn([st.tokenize([PAIRS[i][c] for i in rows]) for c in (0, 1)], None)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        curve.append(loss.item())
+    out = {"loss": np.array(curve, np.float32),
+           "trained": np.array(sorted(n for n, m in mapping.items() if len(m) == 1)),
+           "texts": np.array(DENSE_TEXTS),
+           "embeddings": st.encode(DENSE_TEXTS, batch_size=1).astype(np.float32),
+           "pairs": np.array(PAIRS), "batch": PAIR_BATCH,
+           **{f"adam/{k}": np.array(v) for k, v in PAIR_ADAM.items()}}
+    for index, path in ((2, "2_Dense"), (3, "3_Dense")):
+        for tensor, value in st[index].state_dict().items():
+            out[f"dense/{path}/{tensor}"] = value.detach().numpy().astype(np.float32)
+    np.savez_compressed(d / "references" / "finetune_dense_curve.npz", **out)
+    print(f"{name} MNRL through Dense: loss {curve[0]:.5f} -> {curve[-1]:.5f}")
+
+
 NER_EXAMPLES = [
     ("My name is Wolfgang and I live in Berlin .".split(),
      ["O", "O", "O", "B-PER", "O", "O", "O", "O", "B-LOC", "O"]),
@@ -411,6 +470,10 @@ def main(argv):
         record_curve(autocast=True)
         record_embedding_curves()
         record_token_curve()
+        record_dense_curve()
+        return 0
+    if argv == ["dense"]:
+        record_dense_curve()
         return 0
     for name in argv or list(FIXTURES):
         record(name)

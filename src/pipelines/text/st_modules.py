@@ -40,10 +40,21 @@ ACTIVATIONS = {
 
 class Dense:
     """sentence-transformers ``Dense``: ``activation(x @ weight.T + bias)`` over pooled
-    embeddings [B, in_features], computed in float32."""
+    embeddings [B, in_features], computed in float32. ``path``: its folder in the repo;
+    ``kind``: the torch.nn activation's class name."""
 
-    def __init__(self, weight, bias, activation, name):
-        self.weight, self.bias, self.activation, self.name = weight, bias, activation, name
+    def __init__(self, weight, bias, kind, name, path=""):
+        self.weight, self.bias, self.kind, self.name, self.path = weight, bias, kind, name, path
+        self.activation = ACTIVATIONS[kind]
+
+    def tensors(self):
+        """{state-dict name: array}, as the module's weights file names them."""
+        return {"linear.weight": self.weight,
+                **({} if self.bias is None else {"linear.bias": self.bias})}
+
+    def param_name(self, tensor):
+        """The key of ``tensor`` (a state-dict name) in training.params: '2_Dense/linear.weight'."""
+        return f"{self.path}/{tensor}"
 
     def __call__(self, x):
         if x.shape[-1] != self.weight.shape[1]:
@@ -82,7 +93,12 @@ def load_dense(repo, path):
     if config.get("bias", True) and bias is None:
         raise PipelineError(f"{name}: config.json says bias, the weights hold no linear.bias")
     as32 = (lambda a: None if a is None else a.astype(np.float32))
-    return Dense(as32(weight), as32(bias), ACTIVATIONS[kind.rsplit(".", 1)[-1]], name)
+    return Dense(as32(weight), as32(bias), kind.rsplit(".", 1)[-1], name, path)
+
+
+def read_module_weights(repo, path):
+    """{state-dict name: array} of the Dense module in folder ``path`` of ``repo``, as stored."""
+    return _read_module_weights(repo, path, f"{repo.label}: {path or '.'} (Dense)")
 
 
 def _read_module_weights(repo, path, name):
@@ -119,6 +135,26 @@ def read_safetensors(path):
             raise ValueError(f"tensor {key}: offsets {start}..{end} do not fit its shape/buffer")
         out[key] = np.frombuffer(buffer[start:end], dtype).reshape(info["shape"]).copy()
     return out
+
+
+def write_safetensors(path, tensors):
+    """Write {name: array} as a .safetensors file (the layout read_safetensors reads; the header
+    padded to 8 bytes, as the safetensors package writes it)."""
+    names = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
+    header, offset, buffers = {"__metadata__": {"format": "pt"}}, 0, []
+    for key in sorted(tensors):
+        array = np.ascontiguousarray(tensors[key])
+        data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[key] = {"dtype": names[array.dtype], "shape": list(array.shape),
+                       "data_offsets": [offset, offset + len(data)]}
+        buffers.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for data in buffers:
+            f.write(data)
 
 
 def read_torch_bin(path):
