@@ -31,6 +31,7 @@ TASKS = {
     "mask-generation": ("vision.mask_generation", "MaskGenerationPipeline"),
     "depth-estimation": ("vision.depth", "DepthEstimationPipeline"),
     "image-to-image": ("vision.image_to_image", "ImageToImagePipeline"),
+    "background-removal": ("vision.background_removal", "BackgroundRemovalPipeline"),
     "image-feature-extraction": ("vision.embedding", "ImageFeatureExtractionPipeline"),
     "image-to-text": ("vision.image_to_text", "ImageToTextPipeline"),
     "image-text-to-text": ("vision.image_text_to_text", "ImageTextToTextPipeline"),
@@ -51,7 +52,7 @@ ALIASES = {
     "text-to-speech": "text-to-audio",
 }
 # Tasks transformers (or the design) names that no pipeline here implements yet.
-PLANNED = {"background-removal"}
+PLANNED = set()
 
 
 def normalize(task):

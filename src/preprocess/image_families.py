@@ -257,3 +257,4 @@ class MobileViTImageProcessor(_ShortestEdge):
 from . import image_families_dense  # noqa: E402,F401  (registers the detection / dense families)
 from . import image_families_fast  # noqa: E402,F401  (registers the *ImageProcessorFast families)
 from . import image_families_maskformer  # noqa: E402,F401  (MaskFormer / Mask2Former)
+from . import image_families_tjs  # noqa: E402,F401  (transformers.js' generic ImageProcessor)
