@@ -28,7 +28,7 @@ AUTOMATIC = {"points_per_batch": 64, "points_per_crop": 32, "crops_n_layers": 0,
              "crop_overlap_ratio": 512 / 1500, "crop_n_points_downscale_factor": 1,
              "pred_iou_thresh": 0.88, "stability_score_thresh": 0.95, "stability_score_offset": 1,
              "crops_nms_thresh": 0.7, "output_bboxes_mask": False, "output_rle_mask": False}
-PROMPTS = ("input_points", "input_labels", "input_boxes", "multimask_output")
+UPSCALE_AT_ONCE = 16  # masks resized together in automatic mode (bounds the float memory)
 
 
 class MaskGenerationPipeline(VisionPipeline):
@@ -142,17 +142,24 @@ class MaskGenerationPipeline(VisionPipeline):
 
     def _filter(self, iou, low_res, sizes, mask_threshold, auto):
         """SamImageProcessor.filter_masks on one point batch: (scores, boxes, RLEs) kept. The IoU
-        filter runs before the masks are upscaled (the same masks survive; far less to resize)."""
+        filter runs before the masks are upscaled, and they are upscaled a few at a time, kept
+        binarized (the same masks survive; SAM's 192 float masks of a batch at 1024 x 1024 and at
+        the image's size would take gigabytes)."""
         iou, low_res = iou.reshape(-1).astype(np.float32), low_res.reshape(-1, *low_res.shape[-2:])
-        keep = np.ones(len(iou), bool)
         if auto["pred_iou_thresh"] > 0.0:
-            keep &= iou > auto["pred_iou_thresh"]
-        iou, masks = iou[keep], sam.upscale_masks(low_res[keep], *sizes)
-        if auto["stability_score_thresh"] > 0.0:
-            stable = sam.stability_scores(masks, mask_threshold, auto["stability_score_offset"])
-            keep = stable > auto["stability_score_thresh"]
-            iou, masks = iou[keep], masks[keep]
-        masks = masks > mask_threshold
+            keep = iou > auto["pred_iou_thresh"]
+            iou, low_res = iou[keep], low_res[keep]
+        kept, masks = [], []
+        for start in range(0, len(iou), UPSCALE_AT_ONCE):
+            logits = sam.upscale_masks(low_res[start:start + UPSCALE_AT_ONCE], *sizes)
+            keep = np.ones(len(logits), bool)
+            if auto["stability_score_thresh"] > 0.0:
+                stable = sam.stability_scores(logits, mask_threshold, auto["stability_score_offset"])
+                keep = stable > auto["stability_score_thresh"]
+            kept.append(iou[start:start + UPSCALE_AT_ONCE][keep])
+            masks.append(logits[keep] > mask_threshold)
+        iou = np.concatenate(kept) if kept else iou
+        masks = np.concatenate(masks) if masks else np.zeros((0, *sizes[2]), bool)
         boxes = sam.mask_boxes(masks)
         height, width = sizes[2]
         keep = ~sam.near_crop_edge(boxes, [0, 0, width, height], sizes[2])
