@@ -15,6 +15,25 @@ def bicubic(x, size):
     return _separable(x, size, _cubic_weights)
 
 
+def nearest(x, size):
+    """``interpolate(x[None], size, mode="nearest")`` of ``x`` [..., H, W] (any dtype): the source
+    index as upsample_nearest2d computes it, in float32 (``floorf(dst * (float)in / out)``)."""
+    x = np.asarray(x)
+    for axis, (n_in, n_out) in zip((-2, -1), zip(x.shape[-2:], size)):
+        x = np.take(x, _nearest_source(n_in, int(n_out)), axis=axis)
+    return x
+
+
+def _nearest_source(n_in, n_out):
+    if n_out == n_in:
+        return np.arange(n_out)
+    if n_out == 2 * n_in:
+        return np.arange(n_out) >> 1
+    scale = np.float32(n_in) / np.float32(n_out)
+    index = np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64)
+    return np.minimum(index, n_in - 1)
+
+
 def _separable(x, size, weights):
     x = np.asarray(x, np.float32)
     for axis, (n_in, n_out) in zip((-2, -1), zip(x.shape[-2:], size)):
