@@ -85,6 +85,19 @@ class Repo:
         return choose_variant(self.files(), component, variant=variant, config=self.config(),
                               task_default=task_default, subfolder=subfolder, name=self.label)
 
+    def decoder_component(self, subfolder="onnx"):
+        """The decoder an encoder-decoder repo runs, as optimum's ORTModelFor*Seq2Seq picks it:
+        ``decoder_model_merged`` when present, else ``decoder_model`` (a split pair: its
+        ``decoder_with_past_model`` loads beside it, pipelines/encoder_decoder.py)."""
+        names = {posixpath.basename(f) for f in self.onnx_files()
+                 if posixpath.dirname(f) == subfolder}
+        if any(n.startswith("decoder_model_merged") for n in names):
+            return "decoder_model_merged"
+        if any(n.startswith("decoder_model") for n in names) and \
+                any(n.startswith("decoder_with_past_model") for n in names):
+            return "decoder_model"
+        return "decoder_model_merged"  # the missing-file error names what the repo has
+
     def onnx_file(self, component="model", variant=None, task_default=None, *, subfolder="onnx",
                   use_external_data_format=None) -> str:
         """Local path of the chosen ONNX file of ``component``, with its external data fetched."""

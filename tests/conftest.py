@@ -21,6 +21,12 @@ SLOW_TESTS = {
     "tests/test_pipelines_grounding_dino.py::test_grounded_matches_recorded_processor[jax]",
     "tests/test_pipelines_mask_generation.py::test_prompts_match_transformers[jax]",
     "tests/test_pipelines_mask_generation.py::test_automatic_matches_transformers[jax]",
+    "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
+    "[whisper-split-automatic-speech-recognition-jax]",
+    "tests/test_pipelines_audio.py::test_a_batch_equals_one_by_one"
+    "[whisper-split-automatic-speech-recognition]",
+    "tests/test_whisper_split.py::test_split_pair_gives_the_merged_decoders_ids[jax-1]",
+    "tests/test_whisper_split.py::test_split_pair_gives_the_merged_decoders_ids[jax-2]",
 }
 SLOW_FILES = {"tests/test_ray.py"}
 

@@ -20,6 +20,12 @@ step shares one compiled shape (steppers.FixedCache); ``grow`` cannot (steppers.
   on the first call and kept. GroupQueryAttention graphs whose ``seqlens_k`` counts the valid
   rows from the attention mask's *length* (its Shape, not its row sums: Gemma 3 exports of this
   kind) cannot mask a buffer's free rows either: they grow too, the op's present being past + new.
+- a split pair (``decoder_model`` + ``decoder_with_past_model``: optimum's exports with
+  ``--no-post-process``, many Xenova / onnx-community repos) grows too: its first call runs the
+  graph without past (``CacheLayout.from_split``), every later one the graph with past. The
+  with-past graph returns only the self-attention presents: its past inputs with no present of
+  their own (the cross-attention KV) are the first graph's presents, kept for the generation,
+  as the merged graph's cross pasts.
 """
 
 import dataclasses
@@ -41,12 +47,15 @@ class CacheLayout:
     cross_pairs: list = dataclasses.field(default_factory=list)  # cross-attention pasts
     first_static: dict = dataclasses.field(default_factory=dict)  # the first call's
     embeds: bool = False  # the graph takes inputs_embeds: the generator's embed() makes them
+    # a split pair: past input name -> the first graph's present (None: the merged graph's own)
+    first_presents: dict = None
 
     @classmethod
-    def from_model(cls, model, mode=None, extra_inputs=()):
+    def from_model(cls, model, mode=None, extra_inputs=(), split=False):
         """The layout of ``model``; ``mode`` forces "grow" on a graph that would buffer (a test
         of the growing cache on a position_ids graph); ``extra_inputs`` are inputs the caller
-        fills (an encoder's outputs)."""
+        fills (an encoder's outputs); ``split``: the with-past graph of a split pair, whose
+        past inputs without a present are cross-attention pasts (from_split)."""
         inputs = {v.name: v for v in model.inputs}
         outputs = [v.name for v in model.outputs]
         pairs, cross = [], []
@@ -56,6 +65,8 @@ class CacheLayout:
             if present is not None:
                 is_cross = _axis_names(info)[2:3] and _axis_names(info)[2] in encoder_axes
                 (cross if is_cross else pairs).append((info, present))
+            elif split and name.startswith(_PAST_PREFIXES):
+                cross.append((info, None))  # the first graph's present, kept
         # a vision-language decoder takes inputs_embeds (its caller embeds the ids: steppers)
         embeds = "input_ids" not in inputs and "inputs_embeds" in inputs
         if not pairs or not ("input_ids" in inputs or embeds) or "logits" not in outputs:
@@ -82,7 +93,8 @@ class CacheLayout:
             raise InputError(f"cache mode must be None (read from the graph) or 'grow', got "
                              f"{mode!r}")
         by_length = gqa and _seqlens_from_mask_length(model.graph)
-        grow = mode == "grow" or cross or by_length or not (gqa or "position_ids" in inputs)
+        grow = split or mode == "grow" or cross or by_length or \
+            not (gqa or "position_ids" in inputs)
         if grow and gqa and not by_length:
             raise InputError("A GroupQueryAttention decoder writes its cache in place; it cannot "
                              "run with a growing cache")
@@ -91,6 +103,41 @@ class CacheLayout:
             first["use_cache_branch"] = np.array([False])  # the no-past branch
         return cls("grow" if grow else "inplace" if gqa else "concat", pairs,
                    "position_ids" in inputs, static, "logits", cross, first, embeds)
+
+    @classmethod
+    def from_split(cls, first, model, extra_inputs=()):
+        """The layout of a split pair: ``first`` the decoder without past (its presents start the
+        cache), ``model`` the decoder with past (every later step)."""
+        layout = cls.from_model(model, extra_inputs=extra_inputs, split=True)
+        inputs = {v.name for v in first.inputs}
+        outputs = [v.name for v in first.outputs]
+        pasts = sorted(n for n in inputs if n.startswith(_PAST_PREFIXES))
+        if pasts or "input_ids" not in inputs or "logits" not in outputs:
+            raise InputError("The first graph of a split decoder must be the decoder without past "
+                             "(decoder_model.onnx: input_ids in, logits and present.* out)"
+                             + (f"; it takes {pasts[:2]}" if pasts else ""))
+        presents = {info.name: _present_name(info.name, outputs)
+                    for info, _ in layout.pairs + layout.cross_pairs}
+        missing = [name for name, present in presents.items() if present is None]
+        if missing:
+            raise InputError(f"The decoder without past gives no present for {missing[:2]}: "
+                             "decoder_model.onnx and decoder_with_past_model.onnx are not a pair")
+        unknown = sorted(inputs - {"input_ids", "attention_mask", *extra_inputs})
+        if unknown:
+            raise InputError(f"The decoder without past takes input(s) {unknown} that generation "
+                             "cannot fill")
+        return dataclasses.replace(layout, first_presents=presents, first_static={})
+
+    def first_caches(self, rows, model_config, cross_length=0):
+        """The first call's past inputs: zero-length ones for a merged graph, none for a split
+        pair (its first graph takes none)."""
+        if self.first_presents is not None:
+            return {}
+        return self.empty(rows, 0, model_config, cross_length)
+
+    def first_present(self, info, present):
+        """The first call's output for the past ``info`` (``present``: the step graph's)."""
+        return present if self.first_presents is None else self.first_presents[info.name]
 
     def empty(self, rows, capacity, model_config, cross_length=0):
         """Zero caches [rows, heads, capacity, head_dim] from the graph's input metadata

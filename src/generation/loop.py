@@ -34,20 +34,32 @@ class Generator:
 
     ``cache="grow"`` forces the growing cache on a graph that would use a buffer (tests);
     ``extra_inputs`` names inputs that ``generate(extra=...)`` fills per row (an encoder's
-    outputs, see seq2seq.py)."""
+    outputs, see seq2seq.py). ``first``: the decoder without past of a split pair (``model``
+    is then the decoder with past; cache.py)."""
 
-    def __init__(self, model, model_config=None, cache_size=16, cache=None, extra_inputs=()):
+    def __init__(self, model, model_config=None, cache_size=16, cache=None, extra_inputs=(),
+                 first=None):
         self.model, self.model_config = model, dict(model_config or {})
-        self.layout = CacheLayout.from_model(model, cache, extra_inputs)
+        self.layout = CacheLayout.from_model(model, cache, extra_inputs) if first is None else \
+            CacheLayout.from_split(first, model, extra_inputs)
         grow = self.layout.mode == "grow"
         size = _GROW_CACHE_SIZE if grow else cache_size
         # an in-place cache's presents replace its pasts: the step writes into their buffers
         donate = [p.name for p, _ in self.layout.pairs] if self.layout.mode == "inplace" else ()
         self.fn = CompiledFunction(model, static_inputs=self.layout.static_inputs,
                                    cache_size=size, donate=donate)
-        self.first_fn = self.fn if self.layout.first_static == self.layout.static_inputs else \
-            CompiledFunction(model, static_inputs=self.layout.first_static, cache_size=size)
+        if first is not None:
+            self.first_fn = CompiledFunction(first, static_inputs=self.layout.first_static,
+                                             cache_size=size)
+        elif self.layout.first_static == self.layout.static_inputs:
+            self.first_fn = self.fn
+        else:
+            self.first_fn = CompiledFunction(model, static_inputs=self.layout.first_static,
+                                             cache_size=size)
         self.dtypes = {v.name: v.dtype for v in model.inputs}
+        # the first call's graph: the merged decoder itself, or a split pair's without past
+        self.first_dtypes = self.dtypes if first is None else {v.name: v.dtype
+                                                                for v in first.inputs}
         self.write = model.backend.compile(lambda c, n, s: write_rows(model.backend.xp, c, n, s),
                                            donate_argnums=(0,))
         self.context = next((self.model_config[k] for k in POSITION_LIMITS

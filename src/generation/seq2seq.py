@@ -1,4 +1,5 @@
-"""Encoder-decoder generation: an encoder once, then the merged decoder with a growing cache.
+"""Encoder-decoder generation: an encoder once, then the merged decoder (or a split pair: the
+decoder without past, then the one with past) with a growing cache.
 
     gen = Seq2SeqGenerator(encoder, decoder, model_config)
     encoded = gen.encode_ids([[13, 8, 1], [42, 1]])          # text sources (T5, BART, Marian)
@@ -32,14 +33,18 @@ Encoded = collections.namedtuple("Encoded", "states mask padding")
 
 
 class Seq2SeqGenerator:
-    def __init__(self, encoder, decoder, model_config=None):
+    def __init__(self, encoder, decoder, model_config=None, first_decoder=None):
+        """``first_decoder``: a split pair's decoder without past (``decoder`` is then the one
+        with past: cache.py)."""
         if len(encoder.outputs) < 1:
             raise InputError("The encoder graph has no outputs")
         self.encoder = encoder
         self.encoder_inputs = {v.name: v.dtype for v in encoder.inputs}
         self.encoder_fn = CompiledFunction(encoder, cache_size=8)
-        self.decoder = Generator(decoder, model_config, extra_inputs=ENCODER_OUTPUTS)
-        self.decoder_inputs = {v.name for v in decoder.inputs}
+        self.decoder = Generator(decoder, model_config, extra_inputs=ENCODER_OUTPUTS,
+                                 first=first_decoder)
+        self.decoder_inputs = {v.name for g in (decoder, first_decoder) if g is not None
+                               for v in g.inputs}
         self.model_config = dict(model_config or {})
         self.source_padding = np.zeros(0, np.int64)
 

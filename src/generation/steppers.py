@@ -34,10 +34,11 @@ class _Stepper:
         xp = gen.model.backend.xp
         self._take = gen.model.backend.compile(lambda c, i: xp.take(c, i, axis=0))
 
-    def _call(self, fn, feed, caches):
+    def _call(self, fn, feed, caches, dtypes=None):
         if self.layout.embeds:  # input_ids -> inputs_embeds (a vision-language decoder)
             feed = self.gen.embed(feed)
-        feed = {k: v.astype(self.gen.dtypes[k], copy=False) for k, v in feed.items()}
+        dtypes = dtypes or self.gen.dtypes
+        feed = {k: v.astype(dtypes[k], copy=False) for k, v in feed.items()}
         feed.update(caches)
         return fn(feed)
 
@@ -197,21 +198,25 @@ class GrowingCache(_Stepper):
     def _group(self, g, rows, ids, first):
         layout, past, width, real = self.layout, self.past[g], ids.shape[1], len(rows)
         rows, ids = _padded(rows), _padded(ids)
+        # a split pair's graphs differ in inputs (its with-past graph takes no encoder states)
+        dtypes = self.gen.first_dtypes if first else self.gen.dtypes
         feed = {"input_ids": ids}
-        if "attention_mask" in self.gen.dtypes:
+        if "attention_mask" in dtypes:
             feed["attention_mask"] = np.ones((len(rows), past + width), np.int64)
         if layout.has_positions:
             feed["position_ids"] = np.broadcast_to(past + np.arange(width), ids.shape).copy()
-        feed.update({k: np.asarray(v)[rows] for k, v in self.extra.items()})
+        feed.update({k: np.asarray(v)[rows] for k, v in self.extra.items() if k in dtypes})
         if first:
-            caches = self.layout.empty(len(rows), 0, self.gen.model_config,
-                                       cross_length=self._cross_length())
+            caches = layout.first_caches(len(rows), self.gen.model_config,
+                                         cross_length=self._cross_length())
         else:
             caches = {**self.caches[g], **self.cross[g]}
-        out = self._call(self.gen.first_fn if first else self.gen.fn, feed, caches)
-        self.caches[g] = {info.name: out[present] for info, present in layout.pairs}
+        out = self._call(self.gen.first_fn if first else self.gen.fn, feed, caches, dtypes)
+        name = layout.first_present if first else (lambda info, present: present)
+        self.caches[g] = {info.name: out[name(info, present)] for info, present in layout.pairs}
         if first:
-            self.cross[g] = {info.name: out[present] for info, present in layout.cross_pairs}
+            self.cross[g] = {info.name: out[name(info, present)]
+                             for info, present in layout.cross_pairs}
         self.past[g] += width
         return np.asarray(out[layout.logits])[:real, -1]
 

@@ -8,12 +8,37 @@ from .base import PipelineError
 
 def generator(model, config, repo=None, encoder=None, encoder_variant=None):
     """``model``'s Seq2SeqGenerator, made on first use with ``encoder`` (a transmuter.Model) or
-    the repo's encoder_model."""
+    the repo's encoder_model. A decoder without past inputs (a split export's decoder_model)
+    runs the first step; the repo's decoder_with_past_model, loaded beside it, the others."""
     gen = model.shared.get("seq2seq")
     if gen is None or encoder is not None:
         encoder = encoder or load_encoder(repo, model, encoder_variant)
-        gen = model.shared["seq2seq"] = Seq2SeqGenerator(encoder, model, config)
+        if has_past(model):
+            gen = Seq2SeqGenerator(encoder, model, config)
+        else:
+            with_past = load_with_past(repo, model, encoder_variant)
+            gen = Seq2SeqGenerator(encoder, with_past, config, first_decoder=model)
+        model.shared["seq2seq"] = gen
     return gen
+
+
+def has_past(model):
+    return any(v.name.startswith(("past_key_values.", "past_")) for v in model.inputs)
+
+
+def load_with_past(repo, decoder, variant):
+    """A split pair's decoder_with_past_model, in ``decoder``'s precision as load_encoder picks
+    it."""
+    from ..model import load_beside
+
+    files = repo.onnx_files() if repo is not None else []
+    if not any(f.rsplit("/", 1)[-1].startswith("decoder_with_past_model") for f in files):
+        raise PipelineError("This decoder takes no past_key_values (a split export's "
+                            "decoder_model.onnx): generation needs its decoder_with_past_model"
+                            ".onnx beside it, or the merged decoder_model_merged.onnx"
+                            + ("" if repo is not None else "; give config= the repo folder"))
+    return load_beside(decoder, repo, repo.choose("decoder_with_past_model",
+                                                  _variant(decoder, variant)).path)
 
 
 def load_encoder(repo, decoder, variant):
@@ -24,8 +49,14 @@ def load_encoder(repo, decoder, variant):
     if repo is None:
         raise PipelineError("An encoder-decoder model loaded by hand needs encoder= (the "
                             "encoder's transmuter.Model) or config= its repo folder")
+    file = repo.choose("encoder_model", _variant(decoder, variant)).path
+    return load_beside(decoder, repo, file)
+
+
+def _variant(decoder, variant):
+    """``variant``, else fp16 for a decoder whose encoder input is half (else None: the repo's
+    default)."""
     states = next((v for v in decoder.inputs if v.name == "encoder_hidden_states"), None)
     if variant is None and states is not None and str(states.dtype) == "float16":
-        variant = "fp16"
-    file = repo.choose("encoder_model", variant).path
-    return load_beside(decoder, repo, file)
+        return "fp16"
+    return variant

@@ -1,6 +1,6 @@
 """automatic-speech-recognition: transformers' AutomaticSpeechRecognitionPipeline over CTC models
-(wav2vec2, HuBERT, Data2Vec audio, Wav2Vec2-BERT: ctc.py), Whisper (encoder + merged decoder:
-whisper.py) and Moonshine (seq2seq_speech.py).
+(wav2vec2, HuBERT, Data2Vec audio, Wav2Vec2-BERT: ctc.py), Whisper (encoder + merged decoder, or
+decoder_model + decoder_with_past_model: whisper.py) and Moonshine (seq2seq_speech.py).
 
     pipe("speech.wav")                                   -> {"text": "HELLO WORLD"}
     pipe(clip, return_timestamps="word")                 -> {"text": ..., "chunks": [...]}
@@ -41,10 +41,11 @@ class AutomaticSpeechRecognitionPipeline(AudioPipeline):
 
     @staticmethod
     def onnx_component(repo):
-        """Whisper's merged decoder when the repo has one, else the CTC model's model.onnx."""
+        """Whisper's decoder when the repo has one (the merged decoder, else decoder_model of
+        a split pair: hub.Repo.decoder_component), else the CTC model's model.onnx."""
         names = [f.rsplit("/", 1)[-1] for f in repo.onnx_files()]
-        return "decoder_model_merged" if any(n.startswith("decoder_model_merged")
-                                             for n in names) else "model"
+        return repo.decoder_component() if any(n.startswith("decoder_model")
+                                               for n in names) else "model"
 
     def _sanitize_parameters(self, chunk_length_s=None, stride_length_s=None,
                              return_timestamps=None, return_language=None, generate_kwargs=None,

@@ -1,8 +1,8 @@
 """Whisper speech recognition: the encoder once per 30 s window (the feature extractor's
-``chunk_length``), then the merged decoder from Whisper's prompt, as transformers'
-``WhisperGenerationMixin.generate`` runs each window (a recording past one window, with
-``return_timestamps``, is decoded window after window, each starting at the last timestamp of the
-one before: transformers' sequential long-form decoding):
+``chunk_length``), then the decoder (merged, or a split pair) from Whisper's prompt, as
+transformers' ``WhisperGenerationMixin.generate`` runs each window (a recording past one window,
+with ``return_timestamps``, is decoded window after window, each starting at the last timestamp
+of the one before: transformers' sequential long-form decoding):
 
 - the prompt (``_retrieve_init_tokens``): ``<|startoftranscript|>``, the language (given, or
   detected: the decoder's first step over the language tokens alone), the task (``transcribe``
@@ -196,11 +196,11 @@ class Head:
         """The decoder's cross-attentions over ``sequences`` (rows of one length), per layer."""
         dec = self.generator.decoder
         feed = {"input_ids": np.array(sequences, np.int64), "encoder_hidden_states": states}
-        if "attention_mask" in dec.dtypes:
+        if "attention_mask" in dec.first_dtypes:
             feed["attention_mask"] = np.ones(feed["input_ids"].shape, np.int64)
-        feed = {k: np.asarray(v).astype(dec.dtypes[k], copy=False) for k, v in feed.items()}
-        caches = dec.layout.empty(len(sequences), 0, dec.model_config,
-                                  cross_length=states.shape[1])
+        feed = {k: np.asarray(v).astype(dec.first_dtypes[k], copy=False) for k, v in feed.items()}
+        caches = dec.layout.first_caches(len(sequences), dec.model_config,
+                                         cross_length=states.shape[1])
         with dec.model.backend.scope():
             out = dec.first_fn({**feed, **caches})
         return [np.asarray(out[name], np.float32) for name in self.attention_outputs]
