@@ -18,6 +18,7 @@ from .compile_cache import check_option
 from .errors import InputError, StaticInputError
 from .model import check_value
 from .graph import node_reads, walk
+from .live_bytes import LiveBytes, last_reads
 from .runner import NeedsHost, Runner, is_static
 from .sharding import batch_inputs
 
@@ -67,6 +68,7 @@ class CompiledFunction:
         self._hits = self._misses = 0
         self._runner = Runner(model.backend, model.opsets)
         self._live = {}
+        self._ends = None  # live_bytes.last_reads of the graph, on the first trace
         self._names = {}  # start -> how the live names split, for one params dict
         self._checked = set()  # input signatures that passed check_inputs
         # Graphs that draw random values get a new key each call (a dynamic input of every
@@ -196,6 +198,11 @@ class CompiledFunction:
         lacks = getattr(self.model.backend, "lacks", None)
         return lacks is not None and isinstance(value, np.ndarray) and lacks(value.dtype)
 
+    def _last_reads(self):
+        if self._ends is None:
+            self._ends = last_reads(self.model.graph.nodes)
+        return self._ends
+
     def _live_at(self, index):
         """Names read by nodes[index:] or returned by the graph."""
         if index not in self._live:
@@ -274,12 +281,14 @@ class CompiledFunction:
             scope.update(p)
             scope.update(values)
             scope.update(given)
+            live = LiveBytes(self._last_reads(), keep=live_out)  # traced: shapes only
             for index in range(start, end):
                 try:
                     self._runner.run_node(nodes[index], scope)
                 except NeedsHost as brk:
                     brk.index = index
                     raise
+                live.count(index, nodes[index], scope)
             out = {k: scope[k] for k in live_out if k in scope}
             recorded.clear()
             recorded.update({k: v for k, v in out.items() if is_static(v) and k not in base})

@@ -22,6 +22,7 @@ from .backends.numpy import XP as NP
 from .errors import OpError, TransmuterError
 from .graph import Graph
 from .index_checks import check_static
+from .live_bytes import LiveBytes
 from .ops.registry import NeedsStatic
 
 
@@ -78,9 +79,12 @@ class Runner:
         return value
 
     def run_graph(self, graph: Graph, env, start=0, stop=None):
-        """Run ``graph.nodes[start:stop]`` over the mapping ``env`` (updated in place)."""
-        for node in graph.nodes[start:stop]:
+        """Run ``graph.nodes[start:stop]`` over the mapping ``env`` (updated in place). ``env``
+        keeps every value, so their bytes add up (live_bytes.py refuses a sum past memory)."""
+        live = LiveBytes()
+        for index, node in enumerate(graph.nodes[start:stop], start):
             self.run_node(node, env)
+            live.count(index, node, env)
         return env
 
     def run_node(self, node, env):

@@ -133,3 +133,37 @@ def test_mlx_refuses_an_axis_its_32_bit_shapes_cannot_hold(monkeypatch):
     model = transmuter.load(_identity(T.BOOL), backend="mlx")
     with pytest.raises(InputError, match=r"axis of 2\^31 or more.*backend='jax'"):
         transmuter.run(model, {"x": np.broadcast_to(np.True_, (2, 2**31 + 1))})
+
+
+def _chain(n):
+    """x -> Relu -> ... (``n`` nodes): each value 64 KiB, ``n`` of them made in one run."""
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"]) for i in range(n)]
+    return make_model(nodes, [info("v0", T.FLOAT, [16, 1024])], [info(f"v{n}", T.FLOAT, None)])
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_values_together_past_the_limit_are_refused(backend, monkeypatch):
+    """issue 14 (fuzz 20261202:2837: a batch of 100,000 images through clip, eager JAX, failed
+    inside XLA): no one array is past the limit, their sum is. An eager run holds every value
+    until it returns, so its sum counts them all; a compiled segment frees each after its last
+    reader, so the same chain holds two at a time and runs (live_bytes.py)."""
+    model = transmuter.load(_chain(8), backend=backend)
+    x = -np.arange(16 * 1024, dtype=np.float32).reshape(16, 1024) % 7 - 3
+    monkeypatch.setenv("TRANSMUTER_MAX_ARRAY_BYTES", str(200 << 10))  # 200 KiB; 64 KiB each
+    with pytest.raises(OpError, match=r"Relu node: the values live after it would take "
+                                      r"0.25 MiB together, past the 0.20 MiB"):
+        transmuter.run(model, {"v0": x})
+    np.testing.assert_array_equal(model(v0=x)["v8"], np.maximum(x, 0))  # Relu: exact
+    monkeypatch.delenv("TRANSMUTER_MAX_ARRAY_BYTES")
+    np.testing.assert_array_equal(transmuter.run(model, {"v0": x})["v8"], np.maximum(x, 0))
+
+
+def test_the_limit_is_what_an_address_space_limit_leaves():
+    """A process under RLIMIT_AS (the fuzzer's workers: 6 GB) has less than the machine."""
+    import subprocess
+    import sys
+
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)); "
+            "from transmuter.ops.bounds import max_array_bytes; print(max_array_bytes())")
+    limit = int(subprocess.check_output([sys.executable, "-c", code], text=True))
+    assert 0 < limit < 6 << 30

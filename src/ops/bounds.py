@@ -64,15 +64,34 @@ class TooLarge(MemoryError):
 
 
 def max_array_bytes():
-    """The largest array an op may make: TRANSMUTER_MAX_ARRAY_BYTES, else the machine's memory
-    (one array larger than all of it is a shape gone wrong, never a model)."""
+    """The largest array an op may make, and the most a run's live values may take together
+    (live_bytes.py): TRANSMUTER_MAX_ARRAY_BYTES, else the machine's memory or, when the process
+    has an address-space limit (RLIMIT_AS), what is left of it: more is a shape gone wrong or a
+    batch that cannot fit, refused with its size before the backend fails on it."""
     given = os.environ.get("TRANSMUTER_MAX_ARRAY_BYTES")
     if given:
         return int(given)
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # no sysconf (Windows): 64 GiB
-        return 64 << 30
+        memory = 64 << 30
+    return min(memory, _address_space_left())
+
+
+def _address_space_left():
+    """RLIMIT_AS less the address space already mapped (/proc/self/statm); unbounded without
+    a limit (the usual case) or where neither can be read."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return float("inf")
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        return max(limit - mapped, 0)
+    except (ImportError, OSError, ValueError):
+        return float("inf")
 
 
 def check_allocation(shape, dtype, what="the output"):
@@ -89,8 +108,9 @@ def check_allocation(shape, dtype, what="the output"):
     if size > limit:
         raise TooLarge(f"{what} would be {list(int(d) for d in shape)} of "
                        f"{dtype.name}: {size / 2**30:,.1f} GiB, past the "
-                       f"{limit / 2**30:,.1f} GiB an array may take (the machine's memory; "
-                       "TRANSMUTER_MAX_ARRAY_BYTES moves the limit)")
+                       f"{limit / 2**30:,.1f} GiB an array may take (the machine's memory, or "
+                       "what its address-space limit leaves; TRANSMUTER_MAX_ARRAY_BYTES moves "
+                       "the limit)")
 
 
 def check_input(name, shape, dtype):

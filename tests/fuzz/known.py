@@ -25,14 +25,16 @@ KNOWN = {
         "corrupt-weights tolerance cannot bridge inf, and neither answer is more right",
     # Call-time inputs.
     "inputs/huge-dim mlx * | crash SIGSEGV":
-        "a batch of 100,000 (640 MB, under the machine's memory) through the whisper encoder "
-        "on MLX under the worker's 6 GB address space: MLX segfaults when an allocation fails "
-        "(1412:96). Not fixed: the same case runs in a fresh process under the same 6 GB limit "
-        "(eager and compiled), so it is the worker's memory so far plus the run's "
-        "intermediates; no one array is past a bound, and a per-op check cannot see the sum",
+        "a batch of 100,000 (640 MB) through the whisper encoder on MLX, compiled, under the "
+        "worker's 6 GB address space: MLX segfaults when an allocation fails (1412:96). The "
+        "live-bytes bound (live_bytes.py) does not see it: a compiled segment's count frees "
+        "each value after its last reader, and MLX's compiled CPU run holds far more (batch "
+        "20,000: mx.get_peak_memory 4.9 GiB where the count peaks at 0.61 GiB; eager: 3.1 GiB, "
+        "counted 13.3 GiB as eager holds every value)",
     "inputs/huge-dim jax * | foreign JaxRuntimeError *":
-        "the same on JAX: a batch of 100,000 images through clip (under the machine's memory, "
-        "past the worker's 6 GB address space) fails inside XLA's dispatch (20261202:2837)",
+        "the same on JAX: a batch of 100,000 images through clip past the worker's 6 GB "
+        "address space failed inside XLA's dispatch (20261202:2837); eager is refused now (the "
+        "live-bytes sum), a compiled case has not been seen since",
 }
 
 
