@@ -56,12 +56,12 @@ def check_prompts(got, want, where):
     flipped = got["masks"] != expected
     assert not (flipped & ~near).any(), (where, int((flipped & ~near).sum()))
     assert got["iou_scores"].shape == (expected.shape[0], 3), where
-    np.testing.assert_allclose(got["iou_scores"], want["iou_scores"], rtol=0, atol=SCORE_TOL, err_msg=where)
+    np.testing.assert_allclose(got["iou_scores"], want["iou_scores"], rtol=0, atol=SCORE_TOL,
+                               err_msg=where)
 
 
 def check_automatic(got, want, where):
-    expected_keys = {"masks", "scores"} | ({"bounding_boxes"} if "bounding_boxes" in want else set()) \
-        | ({"rle_mask"} if "rle_mask" in want else set())
+    expected_keys = {"masks", "scores"} | {k for k in ("bounding_boxes", "rle_mask") if k in want}
     assert set(got) == expected_keys, where
     assert len(got["masks"]) == len(want["masks"]), (where, len(got["masks"]), len(want["masks"]))
     np.testing.assert_allclose(got["scores"], want["scores"], rtol=0, atol=SCORE_TOL, err_msg=where)
@@ -72,7 +72,8 @@ def check_automatic(got, want, where):
     if "bounding_boxes" in want:
         boxes = np.asarray(want["bounding_boxes"]).reshape(-1, 4)
         assert got["bounding_boxes"].dtype == np.int64
-        assert np.abs(got["bounding_boxes"] - boxes).max(initial=0) <= 1, where  # a flipped edge pixel
+        # a box moves only with a flipped edge pixel
+        assert np.abs(got["bounding_boxes"] - boxes).max(initial=0) <= 1, where
     if "rle_mask" in want:
         for rle, mask in zip(got["rle_mask"], got["masks"]):
             assert np.array_equal(sam.rle_to_mask(rle), mask), where
@@ -107,7 +108,8 @@ def test_automatic_matches_transformers(backend):
     p = pipe(backend)
     for call in REF["automatic"]:
         for i, (image, want) in enumerate(zip(photos(), call["outputs"])):
-            check_automatic(p(image, **call["call_kwargs"]), want, f"{call['call_kwargs']} photo {i}")
+            where = f"{call['call_kwargs']} photo {i}"
+            check_automatic(p(image, **call["call_kwargs"]), want, where)
 
 
 def counting(p):
@@ -132,7 +134,8 @@ def test_image_encoded_once_per_image():
     p(image, points_per_crop=4, points_per_batch=4, pred_iou_thresh=0.0, stability_score_thresh=0.0)
     assert runs == {"encoder": 2, "decoder": 5}  # 16 points in batches of 4, one encoder run
     p(photos(), input_points=[[[30, 40]]], batch_size=4)
-    assert runs == {"encoder": 3, "decoder": 8}  # three images of one padded size: one encoder batch
+    # three images of one padded size: one encoder batch, a decoder run each
+    assert runs == {"encoder": 3, "decoder": 8}
 
 
 def test_batch_equals_one_by_one():
@@ -221,6 +224,8 @@ def test_nms_matches_onnxruntime():
         boxes = np.concatenate([corner, corner + rng.integers(0, 60, (n, 2))], 1).astype(np.float32)
         scores = rng.choice(np.linspace(0, 1, 8), n).astype(np.float32)  # many ties
         for threshold in (0.3, 0.7, 1.0):
-            want = sess.run(None, {"boxes": boxes[None], "scores": scores[None, None],
-                                   "max": np.array([n]), "iou": np.array([threshold], np.float32)})[0][:, 2]
-            np.testing.assert_array_equal(sam.nms(boxes, scores, threshold), want, err_msg=f"{case} {threshold}")
+            feed = {"boxes": boxes[None], "scores": scores[None, None], "max": np.array([n]),
+                    "iou": np.array([threshold], np.float32)}
+            want = sess.run(None, feed)[0][:, 2]
+            np.testing.assert_array_equal(sam.nms(boxes, scores, threshold), want,
+                                          err_msg=f"{case} {threshold}")

@@ -38,14 +38,14 @@ class MaskGenerationPipeline(VisionPipeline):
                  **kwargs):
         outputs = {v.name for v in model.outputs}
         if not {"image_embeddings", "image_positional_embeddings"} <= outputs:
-            raise PipelineError(f"{self.task} runs SAM's split export: a vision_encoder.onnx giving "
-                                "image_embeddings and image_positional_embeddings; this graph gives "
-                                f"{sorted(outputs)}")
+            raise PipelineError(f"{self.task} runs SAM's split export: a vision_encoder.onnx "
+                                "giving image_embeddings and image_positional_embeddings; this "
+                                f"graph gives {sorted(outputs)}")
         self.decoder = prompt_encoder_mask_decoder or _load_decoder(repo, model)
         missing = DECODER_INPUTS - {v.name for v in self.decoder.inputs}
         if missing:
-            raise PipelineError(f"The {DECODER} graph lacks input(s) {sorted(missing)}; SAM's split "
-                                f"export takes {sorted(DECODER_INPUTS)}")
+            raise PipelineError(f"The {DECODER} graph lacks input(s) {sorted(missing)}; SAM's "
+                                f"split export takes {sorted(DECODER_INPUTS)}")
         super().__init__(model, config, repo=repo, **kwargs)
 
     @staticmethod
@@ -62,13 +62,14 @@ class MaskGenerationPipeline(VisionPipeline):
                     if {"max_hole_area", "max_sprinkle_area"} & set(unknown) else "")
             raise PipelineError(f"{self.task} takes no option(s) {unknown}{hint}")
         if input_boxes is not None:
-            raise PipelineError("input_boxes: this prompt_encoder_mask_decoder graph takes points only "
-                                "(optimum's SAM export runs the prompt encoder with input_boxes=None); "
-                                "give a box as input_points instead, or an export with box inputs")
+            raise PipelineError("input_boxes: this prompt_encoder_mask_decoder graph takes points "
+                                "only (optimum's SAM export runs the prompt encoder with "
+                                "input_boxes=None): give points inside the object as input_points")
         if multimask_output is not True:
-            raise PipelineError("multimask_output=False: the exported decoder fixes multimask_output=True "
-                                "(its pred_masks are SAM's three multimask outputs; the single-mask "
-                                "output is not in the graph): pick the best of the three by iou_scores")
+            raise PipelineError("multimask_output=False: the exported decoder fixes "
+                                "multimask_output=True (its pred_masks are SAM's three multimask "
+                                "outputs; the single-mask output is not in the graph): pick the "
+                                "best of the three by iou_scores")
         mask_threshold = _number(mask_threshold, "mask_threshold")
         if input_points is None:
             if input_labels is not None:
@@ -98,7 +99,8 @@ class MaskGenerationPipeline(VisionPipeline):
             # generate_crop_boxes with crops_n_layers 0: the whole image is the one crop
             height, width = original
             grid_points = sam.point_grid(grid) * np.array([width, height])
-            chunk["points"] = sam.scale_points(grid_points, original, longest)[:, None].astype(np.float32)
+            points = sam.scale_points(grid_points, original, longest)[:, None]  # 1 point a prompt
+            chunk["points"] = points.astype(np.float32)
             chunk["labels"] = np.ones(chunk["points"].shape[:2], np.int64)
         yield chunk
 
@@ -111,7 +113,8 @@ class MaskGenerationPipeline(VisionPipeline):
     def _decode(self, chunk, batch):
         """[(iou_scores [P, 3], pred_masks [P, 3, h, w])]: all prompts at once, or the grid's
         points ``batch`` at a time (the last batch padded with its first point: one shape)."""
-        embeddings = {k: chunk[k][None] for k in ("image_embeddings", "image_positional_embeddings")}
+        embeddings = {k: chunk[k][None]
+                      for k in ("image_embeddings", "image_positional_embeddings")}
         points, labels = chunk["points"], chunk["labels"]
         size = len(points) if batch is None else batch
         out = []
@@ -121,8 +124,8 @@ class MaskGenerationPipeline(VisionPipeline):
             if batch is not None and n < size:
                 p = np.concatenate([p, np.repeat(p[:1], size - n, 0)])
                 l = np.concatenate([l, np.repeat(l[:1], size - n, 0)])
-            result = self._run_model({"input_points": p[None], "input_labels": l[None], **embeddings},
-                                     model=self.decoder)
+            feed = {"input_points": p[None], "input_labels": l[None], **embeddings}
+            result = self._run_model(feed, model=self.decoder)
             out.append((result["iou_scores"][0, :n], result["pred_masks"][0, :n]))
         return out
 
@@ -133,7 +136,8 @@ class MaskGenerationPipeline(VisionPipeline):
             (iou, low_res), = out["decoded"]
             masks = sam.upscale_masks(low_res, *sizes) > mask_threshold
             return {"masks": masks, "iou_scores": iou.astype(np.float32)}
-        kept = [self._filter(iou, low_res, sizes, mask_threshold, auto) for iou, low_res in out["decoded"]]
+        kept = [self._filter(iou, low_res, sizes, mask_threshold, auto)
+                for iou, low_res in out["decoded"]]
         return _select(kept, auto)
 
     def _sizes(self, features):
@@ -154,16 +158,16 @@ class MaskGenerationPipeline(VisionPipeline):
             logits = sam.upscale_masks(low_res[start:start + UPSCALE_AT_ONCE], *sizes)
             keep = np.ones(len(logits), bool)
             if auto["stability_score_thresh"] > 0.0:
-                stable = sam.stability_scores(logits, mask_threshold, auto["stability_score_offset"])
+                stable = sam.stability_scores(logits, mask_threshold,
+                                              auto["stability_score_offset"])
                 keep = stable > auto["stability_score_thresh"]
             kept.append(iou[start:start + UPSCALE_AT_ONCE][keep])
             masks.append(logits[keep] > mask_threshold)
         iou = np.concatenate(kept) if kept else iou
         masks = np.concatenate(masks) if masks else np.zeros((0, *sizes[2]), bool)
-        boxes = sam.mask_boxes(masks)
-        height, width = sizes[2]
-        keep = ~sam.near_crop_edge(boxes, [0, 0, width, height], sizes[2])
-        return iou[keep], boxes[keep], [sam.mask_to_rle(m) for m in masks[keep]]
+        # filter_masks' next filter drops boxes near a crop's edge but not the image's: with one
+        # crop, the whole image, it drops none
+        return iou, sam.mask_boxes(masks), [sam.mask_to_rle(m) for m in masks]
 
 
 def _select(kept, auto):
@@ -201,9 +205,10 @@ def _prompts(points, labels):
     except (TypeError, ValueError) as e:
         raise PipelineError(f"input_points must be numbers nested [prompts][points][x, y] with as "
                             f"many points in every prompt (pad with label -10): {e}") from None
-    if points.ndim != 3 or points.shape[-1] != 2 or 0 in points.shape or not np.isfinite(points).all():
-        raise PipelineError(f"input_points must be finite numbers shaped [prompts][points][x, y], e.g. "
-                            f"[[[450, 600]]] for one point; got shape {points.shape}")
+    if points.ndim != 3 or points.shape[-1] != 2 or 0 in points.shape \
+            or not np.isfinite(points).all():
+        raise PipelineError(f"input_points must be finite numbers shaped [prompts][points][x, y], "
+                            f"e.g. [[[450, 600]]] for one point; got shape {points.shape}")
     if labels is None:
         return points, np.ones(points.shape[:2], np.int64)
     try:
@@ -211,8 +216,9 @@ def _prompts(points, labels):
     except (TypeError, ValueError) as e:
         raise PipelineError(f"input_labels must be ints nested [prompts][points]: {e}") from None
     if raw.shape != points.shape[:2] or not np.issubdtype(raw.dtype, np.integer):
-        raise PipelineError(f"input_labels must be ints shaped [prompts][points] = {list(points.shape[:2])} "
-                            f"(1 foreground, 0 background, -10 padding), got {raw.dtype} {raw.shape}")
+        raise PipelineError(f"input_labels must be ints shaped [prompts][points] = "
+                            f"{list(points.shape[:2])} (1 foreground, 0 background, -10 "
+                            f"padding), got {raw.dtype} {raw.shape}")
     return points, raw.astype(np.int64)
 
 

@@ -1,7 +1,7 @@
-"""SAM's post-processing in NumPy, as transformers' SamProcessor / SamImageProcessor (4.57) do it:
-prompt coordinates, ``post_process_masks``, and what automatic mask generation filters with
-(``filter_masks``: stability scores, mask boxes, uncompressed RLE; ``post_process_for_mask_generation``:
-torchvision's ``batched_nms`` over one class)."""
+"""SAM's post-processing in NumPy, as transformers' SamProcessor / SamImageProcessor (4.57) do
+it: prompt coordinates, ``post_process_masks``, and what automatic mask generation filters with
+(``filter_masks``: stability scores, mask boxes, uncompressed RLE;
+``post_process_for_mask_generation``: torchvision's ``batched_nms`` over one class)."""
 
 import numpy as np
 
@@ -54,16 +54,6 @@ def mask_boxes(masks):
     return np.stack([left, top, right, bottom], -1).astype(np.int64)
 
 
-def near_crop_edge(boxes, crop_box, original_hw, atol=20.0):
-    """_is_box_near_crop_edge: boxes within ``atol`` of the crop's edge but not the image's."""
-    boxes = boxes.astype(np.float32) + np.array(crop_box[:2] * 2, np.float32)
-    crop = np.array(crop_box, np.float32)
-    image = np.array([0, 0, original_hw[1], original_hw[0]], np.float32)
-    near_crop = np.abs(boxes - crop) <= atol
-    near_image = np.abs(boxes - image) <= atol
-    return (near_crop & ~near_image).any(-1)
-
-
 def mask_to_rle(mask):
     """_mask_to_rle_pytorch for one [H, W] bool mask: column-major run lengths, starting with a
     run of False (0 when the first pixel is set)."""
@@ -95,9 +85,9 @@ def nms(boxes, scores, iou_threshold):
             continue
         keep.append(int(i))
         rest = order[rank + 1:]
-        width = np.clip(np.minimum(boxes[i, 2], boxes[rest, 2]) - np.maximum(boxes[i, 0], boxes[rest, 0]), 0, None)
-        height = np.clip(np.minimum(boxes[i, 3], boxes[rest, 3]) - np.maximum(boxes[i, 1], boxes[rest, 1]), 0, None)
-        inter = width * height
+        low = np.maximum(boxes[i, :2], boxes[rest, :2])
+        high = np.minimum(boxes[i, 2:], boxes[rest, 2:])
+        inter = np.prod(np.clip(high - low, 0, None), -1)
         with np.errstate(invalid="ignore", divide="ignore"):
             iou = inter / (area[i] + area[rest] - inter)
         suppressed[rest[iou.astype(np.float64) > iou_threshold]] = True  # C++: float > double
