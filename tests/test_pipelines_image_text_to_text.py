@@ -100,7 +100,7 @@ def test_processor_matches_transformers():
                                   split=c["kwargs"].get("do_image_splitting")))
         name = c["name"]
         assert chunk["ids"] == data[f"{name}/input_ids"][0].tolist(), name
-        pixels, mask = chunk["tiles"]
+        pixels, mask = chunk["vision"]
         want = data[f"{name}/pixel_values"][0]
         assert pixels.shape == want.shape, name
         np.testing.assert_allclose(pixels, want, rtol=0, atol=1e-6, err_msg=name)

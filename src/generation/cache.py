@@ -47,6 +47,8 @@ class CacheLayout:
     cross_pairs: list = dataclasses.field(default_factory=list)  # cross-attention pasts
     first_static: dict = dataclasses.field(default_factory=dict)  # the first call's
     embeds: bool = False  # the graph takes inputs_embeds: the generator's embed() makes them
+    # 3: position_ids [3, batch, sequence] (Qwen2-VL's M-RoPE: temporal, height, width)
+    position_rank: int = 2
     # a split pair: past input name -> the first graph's present (None: the merged graph's own)
     first_presents: dict = None
 
@@ -101,8 +103,13 @@ class CacheLayout:
         first = dict(static)
         if grow and "use_cache_branch" in inputs:
             first["use_cache_branch"] = np.array([False])  # the no-past branch
+        shape = inputs["position_ids"].shape if "position_ids" in inputs else None
+        rank = 2 if shape is None else len(shape)  # undeclared: the usual [batch, sequence]
+        if rank not in (2, 3):
+            raise InputError(f"The decoder's position_ids has rank {rank}; generation fills "
+                             "[batch, sequence] or M-RoPE's [3, batch, sequence]")
         return cls("grow" if grow else "inplace" if gqa else "concat", pairs,
-                   "position_ids" in inputs, static, "logits", cross, first, embeds)
+                   "position_ids" in inputs, static, "logits", cross, first, embeds, rank)
 
     @classmethod
     def from_split(cls, first, model, extra_inputs=()):

@@ -52,6 +52,10 @@ class DeviceLoop:
             raise InputError("device_loop=True needs a fixed-cache decoder (GroupQueryAttention "
                              "or position_ids); this graph's cache grows each step (a new shape "
                              "per step cannot loop on the device): use device_loop=False")
+        if layout.position_rank != 2 or layout.embeds:
+            raise InputError("device_loop=True feeds input_ids and [batch, sequence] positions; "
+                             "this decoder takes inputs_embeds or M-RoPE's [3, batch, sequence] "
+                             "positions (a vision-language model): use device_loop=False")
         if gen.model.placement is not None:
             raise InputError("device_loop=True runs on one device; this model is split over "
                              "several (devices=): use device_loop=False or one device")

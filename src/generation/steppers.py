@@ -8,10 +8,17 @@
 The loop (loop.py, beam.py) only sees these three calls; what differs between modes (buffers,
 masks, positions, groups) stays here. ``gen`` is the Generator: it holds the layout, the
 compiled functions and the model config.
+
+Positions: a prompt token's is its index, unless ``gen.row_positions`` gives a row its own
+([3, n]: M-RoPE's temporal / height / width of each token, transformers' ``get_rope_index``);
+a graph whose position_ids is rank 3 gets them as [3, batch, sequence] (text positions the same
+on all three). A generated token's position continues from the row's largest prompt position
++ 1 (its index, for plain positions; get_rope_index's rope_deltas, for M-RoPE).
 """
 
 import numpy as np
 
+from ..errors import InputError
 from ..pipelines.buckets import next_pow2, pow2_chunks
 from .cache import write_rows
 
@@ -34,9 +41,10 @@ class _Stepper:
         xp = gen.model.backend.xp
         self._take = gen.model.backend.compile(lambda c, i: xp.take(c, i, axis=0))
 
-    def _call(self, fn, feed, caches, dtypes=None):
+    def _call(self, fn, feed, caches, dtypes=None, index=None):
+        """``index`` [B, S]: each fed token's index in its row (a prompt position or later)."""
         if self.layout.embeds:  # input_ids -> inputs_embeds (a vision-language decoder)
-            feed = self.gen.embed(feed)
+            feed = self.gen.embed(feed, index)
         dtypes = dtypes or self.gen.dtypes
         feed = {k: v.astype(dtypes[k], copy=False) for k, v in feed.items()}
         feed.update(caches)
@@ -49,6 +57,25 @@ class _Stepper:
     def _reorder(self, caches, rows):
         at = self._device(rows)
         return {k: self._take(v, at) for k, v in caches.items()}
+
+    def _prompt_positions(self, width):
+        """[R, B, width] positions of the prompts' tokens (R = 1, or 3 for M-RoPE) and each
+        row's next position (its largest + 1) [B]."""
+        rank, rows = self.layout.position_rank, len(self.prompts)
+        positions = np.broadcast_to(np.arange(width), (1 if rank == 2 else 3, rows, width)).copy()
+        given = getattr(self.gen, "row_positions", None)
+        for b, row in enumerate(given or ()):
+            if row is not None:
+                positions[:, b, :row.shape[-1]] = row
+        n = np.array([len(p) for p in self.prompts], np.int64)
+        after = np.array([positions[:, b, :k].max() + 1 for b, k in enumerate(n)], np.int64)
+        return positions, after
+
+    def _positions(self, positions):
+        """The position_ids feed of [R, B, S] ``positions`` in the graph's rank."""
+        if self.layout.position_rank == 2:
+            return np.ascontiguousarray(positions[0])
+        return np.ascontiguousarray(np.broadcast_to(positions, (3,) + positions.shape[1:]))
 
 
 class FixedCache(_Stepper):
@@ -71,6 +98,7 @@ class FixedCache(_Stepper):
         self.caches = {k: gen.model.backend.asarray(v) for k, v in
                        self.layout.empty(len(prompts), self.capacity, gen.model_config).items()}
         self.mask, self.steps = None, 0
+        self.positions, self.after = self._prompt_positions(self.width)
 
     def prompt_padding(self):
         return self.width - self.n
@@ -84,8 +112,9 @@ class FixedCache(_Stepper):
         if not self.chunked:
             feed = {"input_ids": input_ids, "attention_mask": real}  # mask as wide as the prompt
             if self.layout.has_positions:
-                feed["position_ids"] = np.broadcast_to(np.arange(width), (rows, width)).copy()
-            out = self._call(self.gen.fn, feed, self.caches)
+                feed["position_ids"] = self._positions(self.positions)
+            index = np.broadcast_to(np.arange(width), (rows, width))
+            out = self._call(self.gen.fn, feed, self.caches, index=index)
             self._store(out, 0)
             return np.asarray(out[self.layout.logits])[np.arange(rows), self.n - 1]
         self.mask = np.zeros((rows, self.capacity), np.int64)
@@ -96,9 +125,9 @@ class FixedCache(_Stepper):
             feed = {"input_ids": input_ids[:, part],
                     "attention_mask": np.concatenate([self.mask, real[:, part]], axis=1)}
             if self.layout.has_positions:
-                feed["position_ids"] = np.broadcast_to(np.arange(at, at + size),
-                                                       (rows, size)).copy()
-            out = self._call(self.gen.fn, feed, self.caches)
+                feed["position_ids"] = self._positions(self.positions[:, :, part])
+            index = np.broadcast_to(np.arange(at, at + size), (rows, size))
+            out = self._call(self.gen.fn, feed, self.caches, index=index)
             self._store(out, at)
             self.mask[:, part] = real[:, part]
             last = self.n - 1 - at  # each row's last prompt token, where it is in this chunk
@@ -111,19 +140,20 @@ class FixedCache(_Stepper):
         return logits
 
     def step(self, tokens):
-        """Each row's token at its own position (its prompt length + steps so far)."""
-        rows, positions = len(tokens), self.n + self.steps
+        """Each row's token at its own index (its prompt length + steps so far) and position
+        (its prompt's next position + steps so far)."""
+        rows, index = len(tokens), self.n + self.steps
         slot = self.width + self.steps
         feed = {"input_ids": tokens[:, None].astype(np.int64)}
         if self.layout.has_positions:
-            feed["position_ids"] = positions[:, None].astype(np.int64)
+            feed["position_ids"] = self._positions((self.after + self.steps)[None, :, None])
         if self.layout.mode == "inplace":
-            feed["attention_mask"] = (np.arange(self.capacity)[None, :] <= positions[:, None]) \
+            feed["attention_mask"] = (np.arange(self.capacity)[None, :] <= index[:, None]) \
                 .astype(np.int64)
         else:
             feed["attention_mask"] = np.concatenate([self.mask, np.ones((rows, 1), np.int64)],
                                                     axis=1)
-        out = self._call(self.gen.fn, feed, self.caches)
+        out = self._call(self.gen.fn, feed, self.caches, index=index[:, None])
         self._store(out, slot)
         if self.mask is not None:
             self.mask[:, slot] = 1
@@ -132,6 +162,7 @@ class FixedCache(_Stepper):
 
     def reorder(self, rows):
         self.caches = self._reorder(self.caches, rows)
+        self.after = self.after[rows]
         if self.mask is not None:
             self.mask = self.mask[rows]
 
@@ -161,6 +192,10 @@ class GrowingCache(_Stepper):
 
     def __init__(self, gen, prompts, extra=None):
         super().__init__(gen)
+        if getattr(gen, "row_positions", None):
+            raise InputError("A decoder whose cache grows takes text positions only (its past "
+                             "length); prompts with their own positions (M-RoPE) need a "
+                             "position_ids graph with a fixed cache")
         self.prompts, self.extra = prompts, dict(extra or {})
         lengths = np.array([len(p) for p in prompts])
         self.groups = [np.nonzero(lengths == n)[0] for n in sorted(set(lengths.tolist()))]
@@ -203,15 +238,17 @@ class GrowingCache(_Stepper):
         feed = {"input_ids": ids}
         if "attention_mask" in dtypes:
             feed["attention_mask"] = np.ones((len(rows), past + width), np.int64)
-        if layout.has_positions:
-            feed["position_ids"] = np.broadcast_to(past + np.arange(width), ids.shape).copy()
+        index = np.broadcast_to(past + np.arange(width), ids.shape)
+        if layout.has_positions:  # text positions only: Generator.stepper refuses row_positions
+            feed["position_ids"] = self._positions(index[None])
         feed.update({k: np.asarray(v)[rows] for k, v in self.extra.items() if k in dtypes})
         if first:
             caches = layout.first_caches(len(rows), self.gen.model_config,
                                          cross_length=self._cross_length())
         else:
             caches = {**self.caches[g], **self.cross[g]}
-        out = self._call(self.gen.first_fn if first else self.gen.fn, feed, caches, dtypes)
+        out = self._call(self.gen.first_fn if first else self.gen.fn, feed, caches, dtypes,
+                         index=index)
         name = layout.first_present if first else (lambda info, present: present)
         self.caches[g] = {info.name: out[name(info, present)] for info, present in layout.pairs}
         if first:

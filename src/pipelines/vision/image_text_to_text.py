@@ -1,6 +1,6 @@
 """image-text-to-text: transformers' ImageTextToTextPipeline over decoder-only vision-language
 exports in transformers.js' layout (onnx/vision_encoder + embed_tokens + decoder_model_merged):
-Idefics3 / SmolVLM.
+Idefics3 / SmolVLM and Qwen2-VL (what differs between them: vlm_families.py).
 
     pipe = transmuter.pipeline("image-text-to-text", "HuggingFaceTB/SmolVLM-256M-Instruct")
     chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}]
@@ -11,12 +11,15 @@ Idefics3 / SmolVLM.
 
 As transformers: an image part without "image" / "url" / "path" takes the next of ``images``;
 a chat renders with the repo's chat template (a final assistant message is continued); each
-``<image>`` of the prompt becomes Idefics3Processor's expansion (the tiles' ``<row_r_col_c>``
-blocks, then the global image), the vision encoder's features replace the ``<image>`` tokens'
-embeddings (in order), and the decoder generates with text-generation's options
+image token of the prompt (``<image>``, Qwen2-VL's ``<|image_pad|>``) becomes the processor's
+expansion (Idefics3: the tiles' ``<row_r_col_c>`` blocks, then the global image; Qwen2-VL: one
+token per merged patch pair), the vision encoder's features replace those tokens' embeddings
+(in order), Qwen2-VL's prompt takes M-RoPE positions, and the decoder generates with
+text-generation's options
 (``max_new_tokens``, ``num_beams``, ``do_sample`` with ``seed``, ``generate_kwargs``; the
 pipeline's default of 256 new tokens). ``return_full_text=False`` gives the new text only,
-``return_tensors=True`` the token ids; ``do_image_splitting`` overrides preprocessor_config.json;
+``return_tensors=True`` the token ids; ``do_image_splitting`` overrides preprocessor_config.json
+(Idefics3);
 ``stream=True`` (one input) yields the new text in chunks (TextStreamer's rule). A chat's images
 run through the vision encoder together, alone: a batch of chats gives what each gives alone.
 """
@@ -31,12 +34,11 @@ from ...generation.config import check_options
 from ...generation.streaming import stream as stream_text
 from ...preprocess import chat_template
 from ...preprocess.image import load_image
-from ...preprocess.image_idefics3 import IMAGE, Idefics3Images, expand_prompt
 from ...preprocess.tokenizer import clean_up_tokenization
 from ..base import Pipeline, PipelineError, generation_options
+from .vlm_families import family_of
 
 PIPELINE_DEFAULTS = {"max_new_tokens": 256}  # transformers' _default_generation_config (4.57)
-MODEL_TYPES = ("idefics3", "smolvlm")
 
 
 class ImageTextToTextPipeline(Pipeline):
@@ -46,7 +48,7 @@ class ImageTextToTextPipeline(Pipeline):
 
     def __init__(self, model, config=None, *, tokenizer, repo=None, encoder_variant=None,
                  vision_encoder=None, embed_tokens=None, **kwargs):
-        _check_model_type(config)
+        self.family = family_of(config)(repo, config)
         self.tokenizer = tokenizer
         self.vision = vision_encoder or _side_model(repo, model, "vision_encoder",
                                                     encoder_variant, required=False)
@@ -55,19 +57,13 @@ class ImageTextToTextPipeline(Pipeline):
         self.generator = model.shared.get("vlm") or EmbedsGenerator(model, {**config, **text},
                                                                    embed)
         model.shared["vlm"] = self.generator
-        self.images = Idefics3Images(repo.json("preprocessor_config.json", {}) if repo else {})
-        processor = repo.json("processor_config.json", {}) if repo else {}
-        vision = config.get("vision_config") or {}
-        self.image_seq_len = int(processor.get("image_seq_len") or (
-            (vision.get("image_size", 364) // vision.get("patch_size", 14)) ** 2
-            // config.get("scale_factor", 2) ** 2))
         self.image_token_id = config.get("image_token_id")
         self.generation_file = repo.json("generation_config.json", {}) if repo else {}
         super().__init__(model, config, repo=repo, **kwargs)
 
     @staticmethod
     def onnx_component(repo):
-        _check_model_type(repo.config())  # before the decoder file is looked for
+        family_of(repo.config())  # before the decoder file is looked for
         return "decoder_model_merged"
 
     # --- calling -------------------------------------------------------------------------------
@@ -87,14 +83,16 @@ class ImageTextToTextPipeline(Pipeline):
         embeds = self._prompt_embeds(chunk)
         decode = lambda ids: self._decode(ids, None)  # noqa: E731
         return stream_text(lambda on_step: self.generator.generate(
-            [chunk["ids"]], config, [embeds], decode=decode, on_step=on_step), decode)
+            [chunk["ids"]], config, [embeds], [chunk["positions"]], decode=decode,
+            on_step=on_step), decode)
 
     def _is_single(self, inputs):
         return isinstance(inputs, dict)
 
     def _input_kind(self):
-        return ("images= and text= (a prompt with <image> tokens, or chat messages whose "
-                "content parts are {'type': 'image'} / {'type': 'text', 'text': ...})")
+        return (f"images= and text= (a prompt with {self.family.image_token} tokens, or chat "
+                "messages whose content parts are {'type': 'image'} / {'type': 'text', 'text': "
+                "...})")
 
     def _sanitize_parameters(self, max_new_tokens=None, generate_kwargs=None,
                              return_full_text=None, return_tensors=None,
@@ -115,7 +113,8 @@ class ImageTextToTextPipeline(Pipeline):
     # --- inputs --------------------------------------------------------------------------------
 
     def preprocess(self, inputs, continue_final=None, split=None):
-        """One chunk: the prompt's ids (image tokens expanded) and its images' tiles."""
+        """One chunk: the prompt's ids (image tokens expanded), its images' vision inputs and
+        its positions (None: the token index)."""
         images = inputs.get("images")
         images = [] if images is None else list(images) if isinstance(images, (list, tuple)) \
             else [images]
@@ -132,15 +131,15 @@ class ImageTextToTextPipeline(Pipeline):
             if not isinstance(text, str):
                 raise PipelineError(f"text must be a prompt string or chat messages, got "
                                     f"{text!r:.80}")
-            if text.count(IMAGE) != len(images):
-                raise PipelineError(f"The prompt has {text.count(IMAGE)} {IMAGE} token(s) but "
+            token = self.family.image_token
+            if text.count(token) != len(images):
+                raise PipelineError(f"The prompt has {text.count(token)} {token} token(s) but "
                                     f"{len(images)} image(s) were given: give one image per "
-                                    f"{IMAGE}")
+                                    f"{token}")
         if images and self.vision is None:
             raise PipelineError("This model has no vision encoder (onnx/vision_encoder*.onnx): "
                                 "give text without images")
-        tiles, grids = self.images.process([load_image(i) for i in images], split)
-        expanded = expand_prompt(text, grids, self.image_seq_len)
+        expanded, vision = self.family.prepare(text, [load_image(i) for i in images], split)
         bos = self.tokenizer.config.get("bos_token")
         bos = bos.get("content") if isinstance(bos, dict) else bos
         ids = self.tokenizer.encode(expanded, truncation=False, add_special_tokens=not (
@@ -150,7 +149,8 @@ class ImageTextToTextPipeline(Pipeline):
             raise PipelineError(f"The prompt is {len(ids)} tokens (its images included) but the "
                                 f"model's context is {context} positions: shorten the text or "
                                 "give fewer or smaller images")
-        yield {"prompt": prompt, "ids": ids, "tiles": tiles, "continue_final": continue_final}
+        yield {"prompt": prompt, "ids": ids, "vision": vision, "continue_final": continue_final,
+               "positions": self.family.positions(ids, vision)}
 
     def _render(self, messages, continue_final):
         """transformers' apply_chat_template: the generation prompt, or the final message's last
@@ -176,35 +176,33 @@ class ImageTextToTextPipeline(Pipeline):
     def _prompt_embeds(self, chunk):
         """[n, hidden] embeddings of the prompt, the image tokens' rows the vision features."""
         embeds = self.generator.embed_ids(np.asarray([chunk["ids"]], np.int64))[0]
-        tiles = chunk["tiles"]
-        if tiles is None:
+        if chunk["vision"] is None:
             return embeds
-        pixels, mask = tiles
         fn = self.vision.shared.get("compiled")
         if fn is None:
             from ...compiled import CompiledFunction
             fn = self.vision.shared["compiled"] = CompiledFunction(self.vision)
-        features = np.asarray(fn({"pixel_values": pixels[None], "pixel_attention_mask":
-                                  mask[None]})["image_features"])
-        features = features.reshape(-1, features.shape[-1])
+        features = self.family.features(fn, chunk["vision"])
         at = np.nonzero(np.asarray(chunk["ids"]) == self.image_token_id)[0]
         if len(at) != len(features):
             raise PipelineError(f"The prompt holds {len(at)} image tokens but its images give "
-                                f"{len(features)} feature rows: write each image as one {IMAGE} "
-                                "in the prompt, not expanded")
+                                f"{len(features)} feature rows: write each image as one "
+                                f"{self.family.image_token} in the prompt, not expanded")
         embeds[at] = features.astype(embeds.dtype)
         return embeds
 
     def _forward(self, chunks, config):
         prompts = [c["ids"] for c in chunks]
         embeds = [self._prompt_embeds(c) for c in chunks]
+        positions = [c["positions"] for c in chunks]
         try:
             if config.num_beams > 1:
-                new, _ = self.generator.beam_search(prompts, config, embeds)
+                new, _ = self.generator.beam_search(prompts, config, embeds, positions)
             else:
                 r = config.num_return_sequences
                 flat = self.generator.generate([p for p in prompts for _ in range(r)], config,
                                                [e for e in embeds for _ in range(r)],
+                                               [p for p in positions for _ in range(r)],
                                                decode=lambda ids: self._decode(ids, None))
                 new = [flat[i * r:(i + 1) * r] for i in range(len(chunks))]
         except InputError as e:
@@ -248,50 +246,48 @@ class ImageTextToTextPipeline(Pipeline):
 
 class EmbedsGenerator(Generator):
     """A Generator over a decoder that takes inputs_embeds: each graph call's ids go through
-    embed_tokens, and a prompt position takes its row of the prompt's own embeddings (the
-    image features in place) instead. ``embeds``: one [n, hidden] array per prompt."""
+    embed_tokens, and a prompt token takes its row of the prompt's own embeddings (the image
+    features in place) instead. ``embeds``: one [n, hidden] array per prompt; ``positions``:
+    one per prompt, None or its [3, n] M-RoPE positions (the steppers' ``row_positions``)."""
 
     def __init__(self, model, model_config, embed_model):
         from ...compiled import CompiledFunction
 
         super().__init__(model, model_config)
         self.embed_fn = CompiledFunction(embed_model)
-        self._rows = None
+        self._rows = self.row_positions = None
 
     def embed_ids(self, ids):
         return np.array(self.embed_fn({"input_ids": ids})["inputs_embeds"])  # a writable copy
 
-    def embed(self, feed):
+    def embed(self, feed, index):
+        """``feed`` with inputs_embeds for its input_ids; ``index`` [B, S]: each token's index
+        in its row (those inside the prompt take the prompt's own rows)."""
         feed = dict(feed)
-        ids = feed.pop("input_ids")
-        embeds = self.embed_ids(ids)
-        positions = feed["position_ids"]
+        embeds = self.embed_ids(feed.pop("input_ids"))
         for b, row in enumerate(self._rows or ()):
-            inside = positions[b] < len(row)
-            embeds[b, inside] = row[positions[b, inside]]
+            inside = index[b] < len(row)
+            embeds[b, inside] = row[index[b, inside]]
         feed["inputs_embeds"] = embeds
         return feed
 
-    def generate(self, prompts, config, embeds=(), **kwargs):
-        return self._with(list(embeds), super().generate, prompts, config, **kwargs)
+    def generate(self, prompts, config, embeds=(), positions=None, **kwargs):
+        return self._with(list(embeds), positions, super().generate, prompts, config, **kwargs)
 
-    def beam_search(self, prompts, config, embeds=(), **kwargs):
-        rows = [e for e in embeds for _ in range(config.num_beams)]  # as beam_search repeats
-        return self._with(rows, super().beam_search, prompts, config, **kwargs)
+    def beam_search(self, prompts, config, embeds=(), positions=None, **kwargs):
+        k = config.num_beams  # as beam_search repeats each prompt
+        rows = [e for e in embeds for _ in range(k)]
+        positions = None if positions is None else [p for p in positions for _ in range(k)]
+        return self._with(rows, positions, super().beam_search, prompts, config, **kwargs)
 
-    def _with(self, rows, run, *args, **kwargs):
+    def _with(self, rows, positions, run, *args, **kwargs):
         self._rows = rows
+        self.row_positions = positions if positions and any(
+            p is not None for p in positions) else None
         try:
             return run(*args, **kwargs)
         finally:
-            self._rows = None
-
-
-def _check_model_type(config):
-    kind = (config or {}).get("model_type")
-    if kind not in MODEL_TYPES:
-        raise PipelineError(f"image-text-to-text runs Idefics3 / SmolVLM exports (model_type "
-                            f"{' or '.join(map(repr, MODEL_TYPES))}); this model is {kind!r}")
+            self._rows = self.row_positions = None
 
 
 def _side_model(repo, model, component, variant, required=True):

@@ -1,0 +1,100 @@
+"""What differs between the vision-language families that image-text-to-text runs: how images
+become the vision encoder's inputs, how the prompt's image token expands, how the encoder is
+called, and the prompt's positions. Everything else (chats, embeddings, generation, outputs) is
+image_text_to_text.py's, the same for all.
+
+A family: ``image_token`` (what a plain prompt writes per image), ``prepare(text, images,
+split)`` -> (expanded prompt, vision inputs or None), ``features(run, vision)`` -> [tokens,
+hidden] rows for the image tokens in order, ``positions(ids, vision)`` -> None (the token
+index) or [3, n] (M-RoPE)."""
+
+import numpy as np
+
+from ...errors import InputError
+from ...generation.mrope import rope_index
+from ...preprocess import image_idefics3 as idefics3
+from ...preprocess import image_qwen2vl as qwen2vl
+from ..base import PipelineError
+
+
+class Idefics3:
+    """Idefics3 / SmolVLM: tiles plus the global image, ``<image>`` as its rows of tile tokens."""
+
+    model_types = ("idefics3", "smolvlm")
+    image_token = idefics3.IMAGE
+
+    def __init__(self, repo, config):
+        self.images = idefics3.Idefics3Images(_json(repo, "preprocessor_config.json"))
+        processor = _json(repo, "processor_config.json")
+        vision = config.get("vision_config") or {}
+        self.image_seq_len = int(processor.get("image_seq_len") or (
+            (vision.get("image_size", 364) // vision.get("patch_size", 14)) ** 2
+            // config.get("scale_factor", 2) ** 2))
+
+    def prepare(self, text, images, split=None):
+        tiles, grids = self.images.process(images, split)
+        return idefics3.expand_prompt(text, grids, self.image_seq_len), tiles
+
+    def features(self, run, vision):
+        pixels, mask = vision
+        out = np.asarray(run({"pixel_values": pixels[None],
+                              "pixel_attention_mask": mask[None]})["image_features"])
+        return out.reshape(-1, out.shape[-1])
+
+    def positions(self, ids, vision):
+        return None
+
+
+class Qwen2VL:
+    """Qwen2-VL / Qwen2.5-VL: each image resized whole (min_pixels / max_pixels), its patches
+    flattened with grid_thw, ``<|image_pad|>`` as one token per 2 x 2 merged patches, and M-RoPE
+    positions (transformers' get_rope_index)."""
+
+    model_types = ("qwen2_vl", "qwen2_5_vl")
+    image_token = qwen2vl.IMAGE_PAD
+
+    def __init__(self, repo, config):
+        self.images = qwen2vl.Qwen2VLImages(_json(repo, "preprocessor_config.json"))
+        self.image_token_id = config.get("image_token_id")
+        self.vision_start_token_id = config.get("vision_start_token_id")
+        self.merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
+
+    def prepare(self, text, images, split=None):
+        if split is not None:
+            raise PipelineError("do_image_splitting is an Idefics3 / SmolVLM option: Qwen2-VL "
+                                "resizes each image whole (min_pixels / max_pixels of "
+                                "preprocessor_config.json); drop do_image_splitting")
+        pixels, grids = self.images.process(images)
+        counts = [] if grids is None else [self.images.tokens(g) for g in grids]
+        try:
+            expanded = qwen2vl.expand_prompt(text, counts)
+        except InputError as e:  # a count mismatch, said in the pipeline's terms
+            raise PipelineError(str(e)) from None
+        return expanded, None if pixels is None else (pixels, grids)
+
+    def features(self, run, vision):
+        pixels, grids = vision
+        return np.asarray(run({"pixel_values": pixels, "grid_thw": grids})["image_features"])
+
+    def positions(self, ids, vision):
+        return rope_index(ids, None if vision is None else vision[1], self.image_token_id,
+                          self.vision_start_token_id, self.merge)
+
+
+FAMILIES = (Idefics3, Qwen2VL)
+MODEL_TYPES = tuple(t for f in FAMILIES for t in f.model_types)
+
+
+def family_of(config):
+    """The family class of a config.json (PipelineError naming the supported model types)."""
+    kind = (config or {}).get("model_type")
+    for family in FAMILIES:
+        if kind in family.model_types:
+            return family
+    raise PipelineError(f"image-text-to-text runs Idefics3 / SmolVLM and Qwen2-VL exports "
+                        f"(model_type {', '.join(map(repr, MODEL_TYPES))}); this model is "
+                        f"{kind!r}")
+
+
+def _json(repo, name):
+    return repo.json(name, {}) if repo else {}
