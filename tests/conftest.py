@@ -27,6 +27,7 @@ SLOW_TESTS = {
     "[whisper-split-automatic-speech-recognition]",
     "tests/test_whisper_split.py::test_split_pair_gives_the_merged_decoders_ids[jax-1]",
     "tests/test_whisper_split.py::test_split_pair_gives_the_merged_decoders_ids[jax-2]",
+    "tests/test_pipelines_qwen2vl.py::test_matches_recorded_pipeline[jax]",
 }
 SLOW_FILES = {"tests/test_ray.py"}
 

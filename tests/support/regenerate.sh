@@ -44,6 +44,8 @@ time "$EXPORT" tests/support/record_image_to_text.py  # image-to-text pipeline c
 time "$EXPORT" tests/support/families_florence2.py  # florence2: DaViT + BART, vision_encoder + embed_tokens + encoder_model + decoder_model_merged (torch.onnx)
 time "$EXPORT" tests/support/families_idefics3.py  # idefics3: SmolVLM-shaped, vision_encoder + embed_tokens + decoder_model_merged (torch.onnx)
 time "$EXPORT" tests/support/record_image_text_to_text.py  # image-text-to-text pipeline cases and Idefics3Processor outputs
+time "$EXPORT" tests/support/families_qwen2vl.py  # qwen2-vl: vision_encoder (grid_thw) + embed_tokens + decoder_model_merged (M-RoPE), torch.onnx
+time "$EXPORT" tests/support/record_qwen2vl.py  # its processor, get_rope_index and pipeline cases (onnxruntime greedy checked equal)
 time "$EXPORT" tests/support/families_vision_more.py
 time "$EXPORT" tests/support/families_vision_owl.py
 time "$EXPORT" tests/support/families_detr_panoptic.py  # detr-panoptic: optimum image-segmentation export

@@ -1,0 +1,208 @@
+"""image-text-to-text over Qwen2-VL (pipelines/vision/image_text_to_text.py, vlm_families.py)
+against transformers on the qwen2-vl fixture (a tiny Qwen2VLForConditionalGeneration in
+transformers.js' three graphs, tests/support/families_qwen2vl.py), whose references
+tests/support/record_qwen2vl.py recorded from the PyTorch model (and checked there: every
+greedy case's ids equal an onnxruntime loop over the same ONNX files):
+
+- the processor: Qwen2VLProcessor's input_ids exactly (``<|image_pad|>`` expanded to one token
+  per merged 2 x 2 patches) and Qwen2VLImageProcessor's pixel_values / image_grid_thw on the
+  fixture's images and on three full scikit-image photos at Qwen2-VL-2B-Instruct's min_pixels /
+  max_pixels and at the fixture's (smart_resize both ways). Both sides resize with Pillow on the
+  same uint8 pixels and rescale (float64 then float32) and normalize (float32) in the same
+  order: 1e-6 leaves room for NumPy's float32 rounding in the normalize only;
+- M-RoPE: get_rope_index's 3-D positions of each processor case, exactly;
+- the pipeline: every recorded case (one and two images, a small image resized up to
+  min_pixels, a text-only chat, a prompt with <|image_pad|>, new text only, beam search of 3
+  and of 2 over two images, a continued assistant message) on JAX and MLX: records and
+  generate's token ids identical;
+- two chats in one call equal transformers' own batch of them (left-padded there) and each
+  alone; a seed repeats a sampled text; streaming joins to the recorded new text; bad inputs are
+  PipelineErrors.
+"""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+import transmuter
+from transmuter.pipelines import PipelineError
+
+from .fixtures import ROOT, pipeline_reference
+
+TASK = "image-text-to-text"
+FIXTURE = "qwen2-vl"
+FX = ROOT / FIXTURE
+_PIPES = {}
+
+
+def pipe(backend="jax"):
+    if backend not in _PIPES:
+        _PIPES[backend] = transmuter.pipeline(TASK, FX, backend=backend)
+    return _PIPES[backend]
+
+
+def reference():
+    return pipeline_reference(FIXTURE, TASK)
+
+
+def case(name):
+    return next(c for c in reference()["cases"] if c["name"] == name)
+
+
+def paths(rel):
+    return [str(FX / r) for r in rel]
+
+
+def relative(obj):
+    """Our records with the fixture's absolute image paths written as recorded (relative)."""
+    if isinstance(obj, dict):
+        return {k: relative(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [relative(v) for v in obj]
+    if isinstance(obj, str) and obj.startswith(str(FX) + "/"):
+        return obj[len(str(FX)) + 1:]
+    return obj
+
+
+def call(p, c, **extra):
+    """(records, token ids per record) of a recorded case, called as it was recorded."""
+    seen, post = [], p.postprocess
+
+    def spy(outputs, **params):
+        out = outputs[0]
+        seen.extend(list(out["ids"]) + list(map(int, new)) for new in out["new_ids"])
+        return post(outputs, **params)
+
+    p.postprocess = spy
+    try:
+        outs = p(text=copy.deepcopy(c["text"]), images=paths(c["images"]) or None,
+                 **c["call_kwargs"], **extra)
+    finally:
+        del p.postprocess
+    return relative(outs), seen
+
+
+# --- processor ----------------------------------------------------------------------------------
+
+
+def test_processor_matches_transformers():
+    meta = json.loads((FX / "references/processor.json").read_text())
+    data, rope = np.load(FX / "references/processor.npz"), np.load(FX / "references/rope.npz")
+    p = pipe()
+    for c in meta["cases"]:
+        name = c["name"]
+        chunk = next(p.preprocess({"messages": c["text"], "images": paths(c["images"])}))
+        assert chunk["ids"] == data[f"{name}/input_ids"][0].tolist(), name
+        want_positions = rope[f"{name}/position_ids"][:, 0]
+        got_positions = chunk["positions"]
+        assert got_positions.tolist() == want_positions.tolist(), name
+        # the next position after the prompt: transformers' rope_deltas + the prompt length
+        assert got_positions.max() + 1 == rope[f"{name}/rope_deltas"][0, 0] + len(chunk["ids"])
+        if chunk["vision"] is None:
+            assert f"{name}/pixel_values" not in data.files, name
+            continue
+        pixels, grids = chunk["vision"]
+        assert grids.tolist() == data[f"{name}/image_grid_thw"].tolist(), name
+        np.testing.assert_allclose(pixels, data[f"{name}/pixel_values"], rtol=0, atol=1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("bounds", ["real", "fixture"])
+def test_photos_match_transformers(bounds):
+    """Full scikit-image photos at Qwen2-VL-2B-Instruct's min/max pixels and at the fixture's."""
+    skimage_data = pytest.importorskip("skimage.data")
+    from transmuter.preprocess.image import load_image
+    from transmuter.preprocess.image_qwen2vl import Qwen2VLImages
+
+    meta = json.loads((FX / "references/processor.json").read_text())
+    data = np.load(FX / "references/processor.npz")
+    config = json.loads((FX / "preprocessor_config.json").read_text())
+    images = Qwen2VLImages({**config, **meta["bounds"][bounds]})
+    for photo in meta["photos"]:
+        key = f"{bounds}/{photo}"
+        pixels, grids = images.process([load_image(getattr(skimage_data, photo)())])
+        assert list(pixels.shape) == data[f"{key}/shape"].tolist(), key
+        assert grids.tolist() == data[f"{key}/grid"].tolist(), key
+        np.testing.assert_allclose(pixels[::meta["row_stride"]], data[f"{key}/pixels"], rtol=0,
+                                   atol=1e-6, err_msg=key)
+
+
+def test_smart_resize_refuses_extreme_aspect():
+    from transmuter.errors import InputError
+    from transmuter.preprocess.image_qwen2vl import smart_resize
+
+    with pytest.raises(InputError, match="aspect ratio over 200"):
+        smart_resize(10, 2100, 28, 3136, 12845056)
+
+
+# --- generation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_matches_recorded_pipeline(backend):
+    p = pipe(backend)
+    for c in reference()["cases"]:
+        outs, ids = call(p, c)
+        assert outs == c["outputs"], c["name"]
+        assert ids == c["token_ids"], c["name"]
+
+
+def test_generation_settings_are_transformers():
+    want = reference()["generation_config"]
+    config = pipe()._sanitize_parameters()[1]["config"]
+    assert config.max_new_tokens == want["max_new_tokens"]
+    assert config.eos_token_id == want["eos_token_id"]
+    assert config.pad_token_id == want["pad_token_id"]
+
+
+def test_batch_of_chats_equals_transformers_batch():
+    """Two chats (one and two images, prompts of different lengths and M-RoPE offsets) in one
+    generate: what transformers' batch gave, which is what each gives alone."""
+    batch = reference()["batch"]
+    chosen = [case(n) for n in batch["names"]]
+    outs = pipe()(text=[copy.deepcopy(c["text"]) for c in chosen],
+                  images=[paths(c["images"]) for c in chosen], **batch["call_kwargs"])
+    assert relative(outs) == batch["outputs"]
+
+
+def test_sampling_with_seed_repeats():
+    c = case("one_image")  # on MLX: its compiled shapes are ready in a fraction of JAX's time
+    first, _ = call(pipe("mlx"), c, do_sample=True, seed=3, top_k=20)
+    again, _ = call(pipe("mlx"), c, do_sample=True, seed=3, top_k=20)
+    assert first == again
+
+
+def test_stream_joins_to_the_new_text():
+    c = case("new_text")
+    kwargs = {k: v for k, v in c["call_kwargs"].items() if k != "return_full_text"}
+    chunks = list(pipe("mlx")(text=copy.deepcopy(c["text"]), images=paths(c["images"]),
+                              stream=True, **kwargs))
+    assert "".join(chunks) == c["outputs"][0]["generated_text"]
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_bad_inputs():
+    c = case("two_images")
+    with pytest.raises(PipelineError, match="more image parts"):
+        pipe()(text=c["text"], images=paths(c["images"][:1]), max_new_tokens=1)
+    with pytest.raises(PipelineError, match=r"one image per <\|image_pad\|>"):
+        pipe()(text="<|image_pad|><|image_pad|>Two", images=paths(c["images"][:1]),
+               max_new_tokens=1)
+    with pytest.raises(PipelineError, match="do_image_splitting is an Idefics3"):
+        pipe()(text=case("one_image")["text"], images=paths(case("one_image")["images"]),
+               max_new_tokens=1, do_image_splitting=False)
+    with pytest.raises(PipelineError, match="context is 512"):
+        pipe()(text="hello " * 600, max_new_tokens=1)
+
+
+def test_device_loop_refuses_mrope():
+    from transmuter.errors import InputError
+
+    gen = pipe().generator
+    config = pipe()._sanitize_parameters(max_new_tokens=2)[1]["config"]
+    with pytest.raises(InputError, match="M-RoPE"):
+        gen.check_device_loop(True, config)
