@@ -167,6 +167,25 @@ def test_batch_of_chats_equals_transformers_batch():
     assert relative(outs) == batch["outputs"]
 
 
+def test_token_summary_counts_a_batch():
+    """Two chats in one generate: input is each prompt's tokens (its image tokens included),
+    output its new tokens (the recorded ones), padding what the batch ran for it beyond them:
+    the shorter prompt's padding to the longer, then the steps after it stopped."""
+    batch = reference()["batch"]
+    chosen = [case(n) for n in batch["names"]]
+    budget = batch["call_kwargs"]["max_new_tokens"]
+    prompts = [len(c["token_ids"][0]) - c["call_kwargs"]["max_new_tokens"] for c in chosen]
+    outs = pipe("mlx")(text=[copy.deepcopy(c["text"]) for c in chosen],
+                       images=[paths(c["images"]) for c in chosen], token_summary=True,
+                       **batch["call_kwargs"])
+    for out, n in zip(outs, prompts):
+        assert out[0]["token_summary"] == {"input": n, "output": budget,
+                                           "padding": max(prompts) - n}
+    with pytest.raises(PipelineError, match="drop token_summary"):
+        pipe("mlx")(text=chosen[0]["text"], images=paths(chosen[0]["images"]), stream=True,
+                    token_summary=True)
+
+
 def test_sampling_with_seed_repeats():
     c = case("one_image")  # on MLX: its compiled shapes are ready in a fraction of JAX's time
     first, _ = call(pipe("mlx"), c, do_sample=True, seed=3, top_k=20)

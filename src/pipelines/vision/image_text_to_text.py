@@ -15,11 +15,10 @@ image token of the prompt (``<image>``, Qwen2-VL's ``<|image_pad|>``) becomes th
 expansion (Idefics3: the tiles' ``<row_r_col_c>`` blocks, then the global image; Qwen2-VL: one
 token per merged patch pair), the vision encoder's features replace those tokens' embeddings
 (in order), Qwen2-VL's prompt takes M-RoPE positions, and the decoder generates with
-text-generation's options
-(``max_new_tokens``, ``num_beams``, ``do_sample`` with ``seed``, ``generate_kwargs``; the
-pipeline's default of 256 new tokens). ``return_full_text=False`` gives the new text only,
-``return_tensors=True`` the token ids; ``do_image_splitting`` overrides preprocessor_config.json
-(Idefics3);
+text-generation's options (``max_new_tokens``, ``num_beams``, ``do_sample`` with ``seed``,
+``generate_kwargs``; the pipeline's default of 256 new tokens). ``return_full_text=False`` gives
+the new text only, ``return_tensors=True`` the token ids, ``token_summary=True`` each record's
+token counts; ``do_image_splitting`` overrides preprocessor_config.json (Idefics3);
 ``stream=True`` (one input) yields the new text in chunks (TextStreamer's rule). A chat's images
 run through the vision encoder together, alone: a batch of chats gives what each gives alone.
 """
@@ -79,6 +78,9 @@ class ImageTextToTextPipeline(Pipeline):
         config = fwd["config"]
         if config.num_beams > 1:
             raise PipelineError("stream=True cannot stream beam search (num_beams > 1)")
+        if post["summary"]:
+            raise PipelineError("stream=True yields text chunks only here: drop token_summary, or "
+                                "call without stream=True to get it in each record")
         chunk = next(iter(self.preprocess(inputs, **pre)))
         embeds = self._prompt_embeds(chunk)
         decode = lambda ids: self._decode(ids, None)  # noqa: E731
@@ -97,7 +99,7 @@ class ImageTextToTextPipeline(Pipeline):
     def _sanitize_parameters(self, max_new_tokens=None, generate_kwargs=None,
                              return_full_text=None, return_tensors=None,
                              clean_up_tokenization_spaces=None, continue_final_message=None,
-                             do_image_splitting=None, **options):
+                             do_image_splitting=None, token_summary=False, **options):
         options = generation_options(generate_kwargs, max_new_tokens, options)
         check_options(self.task, options)
         config = GenerationConfig.from_dicts(self.generation_file, self.config,
@@ -107,7 +109,8 @@ class ImageTextToTextPipeline(Pipeline):
         pre = {"continue_final": continue_final_message, "split": do_image_splitting}
         post = {"return_type": "tensors" if return_tensors else
                 "new_text" if return_full_text is False else "full_text",
-                "clean_up": clean_up_tokenization_spaces, "continue_final": continue_final_message}
+                "clean_up": clean_up_tokenization_spaces, "continue_final": continue_final_message,
+                "summary": bool(token_summary)}
         return pre, {"config": config}, post
 
     # --- inputs --------------------------------------------------------------------------------
@@ -198,6 +201,7 @@ class ImageTextToTextPipeline(Pipeline):
         try:
             if config.num_beams > 1:
                 new, _ = self.generator.beam_search(prompts, config, embeds, positions)
+                summaries = self.generator.stats.summaries([len(p) for p in prompts])
             else:
                 r = config.num_return_sequences
                 flat = self.generator.generate([p for p in prompts for _ in range(r)], config,
@@ -205,16 +209,26 @@ class ImageTextToTextPipeline(Pipeline):
                                                [p for p in positions for _ in range(r)],
                                                decode=lambda ids: self._decode(ids, None))
                 new = [flat[i * r:(i + 1) * r] for i in range(len(chunks))]
+                rows = [len(p) for p in prompts for _ in range(r)]
+                flat = [t[0] for t in self.generator.stats.summaries(rows)]
+                summaries = [flat[i * r:(i + 1) * r] for i in range(len(chunks))]
         except InputError as e:
             raise PipelineError(str(e)) from None
-        return [dict(c, new_ids=n) for c, n in zip(chunks, new)]
+        return [dict(c, new_ids=n, summaries=t) for c, n, t in zip(chunks, new, summaries)]
 
     # --- outputs -------------------------------------------------------------------------------
 
-    def postprocess(self, outputs, return_type="full_text", clean_up=None, continue_final=None):
+    def postprocess(self, outputs, return_type="full_text", clean_up=None, continue_final=None,
+                    summary=False):
+        """transformers' records; with ``token_summary=True`` each also has ``token_summary``:
+        input (the prompt's tokens, its image tokens included), output and padding counts
+        (generation.loop.token_summary)."""
         out = outputs[0]
-        return [self._record(out, list(out["ids"]) + list(new), return_type, clean_up)
-                for new in out["new_ids"]]
+        records = [self._record(out, list(out["ids"]) + list(new), return_type, clean_up)
+                   for new in out["new_ids"]]
+        if summary:
+            records = [dict(r, token_summary=t) for r, t in zip(records, out["summaries"])]
+        return records
 
     def _record(self, out, sequence, return_type, clean_up):
         """transformers' postprocess: the decoded prompt cut from the decoded sequence when it
