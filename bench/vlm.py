@@ -64,7 +64,7 @@ class OrtLoop:
         chunk = next(iter(self.pipe.preprocess({"messages": chat(), "images": [image]},
                                                split=self.split)))
         ids = np.asarray([chunk["ids"]], np.int64)
-        pixels, mask = chunk["tiles"]
+        pixels, mask = chunk["vision"]  # Idefics3: tiles and their pixel mask
         features = self.sessions["vision_encoder"].run(None, {
             "pixel_values": pixels[None], "pixel_attention_mask": mask[None]})[0]
         embeds = self.sessions["embed_tokens"].run(None, {"input_ids": ids})[0]
