@@ -41,6 +41,7 @@ class Tally:
         self.counts = collections.defaultdict(collections.Counter)
         self.failures, self.known = [], collections.defaultdict(list)
         self.seconds = collections.Counter()
+        self.graphs = collections.defaultdict(collections.Counter)  # fixture/graph -> backends
         self.quiet, self.verbose = quiet, verbose
 
     def __call__(self, case, verdict):
@@ -58,6 +59,7 @@ class Tally:
                 if not self.quiet:
                     print("FAIL", line, flush=True)
         self.counts[(case.cls, case.backend)][status] += 1
+        self.graphs[f"{case.fixture}/{case.graph}"][case.backend] += 1
         self.seconds[(case.cls, case.backend)] += verdict.get("seconds", 0.0)
         done = sum(sum(c.values()) for c in self.counts.values())
         if not self.verbose and done % 500 == 0:
@@ -79,6 +81,9 @@ class Tally:
                   f"{self.seconds[(cls, backend)] / max(1, sum(c.values())):>8.2f}")
         print(f"{'total':<20}{sum(total.values()):>7}{total['pass']:>7}{total['fail']:>6}"
               f"{total['known']:>7}{total['skip']:>6}   ({seconds:.0f} s)")
+        print(f"\n{len(self.graphs)} fixture graphs (or pipelines):")
+        for graph, c in sorted(self.graphs.items()):
+            print(f"  {graph:<44}" + "".join(f"{b} {n:>5}  " for b, n in sorted(c.items())))
         if self.known:
             print("\nknown failures (tests/fuzz/known.py):")
             for pattern, ids in self.known.items():

@@ -9,7 +9,7 @@ import transmuter
 from tests import fixtures
 from tests.fuzz import judge, known, structural
 from tests.fuzz.__main__ import Tally
-from tests.fuzz.cases import CLASS_WEIGHTS, make_case
+from tests.fuzz.cases import BACKENDS, CLASS_WEIGHTS, GRAPHS, make_case
 from tests.fuzz.pool import run_cases
 
 # CI's run: every class and both backends come up in this many cases of this seed; about a
@@ -64,3 +64,10 @@ def test_known_entries_match_by_key():
     key = known.key_of(case, {"outcome": "foreign KeyError"})
     assert key.startswith(f"{case.cls}/{case.kind} {case.backend} ")
     assert key.endswith("| foreign KeyError")
+
+
+def test_a_long_run_draws_every_graph_on_both_backends():
+    # issue 14's bar: >= 8 fixture graphs on both backends in one long run (the draw alone)
+    drawn = {(c.fixture, c.graph, c.backend) for c in (make_case(SEED, i) for i in range(3000))}
+    assert {(f, g, b) for f, g in GRAPHS for b in BACKENDS} <= drawn
+    assert len(GRAPHS) >= 8
