@@ -1,10 +1,12 @@
-"""image-segmentation over Mask2Former's head (the mask2former fixture: class_queries_logits and
-masks_queries_logits) against transformers' pipeline on the PyTorch model
+"""image-segmentation over MaskFormer-family heads (class_queries_logits and masks_queries_logits:
+the mask2former fixture, Mask2FormerImageProcessor's post-processing; the maskformer fixture,
+MaskFormerImageProcessor's) against transformers' pipeline on the PyTorch model
 (references/segmentation.json and segmentation_masks.npz, recorded by
 tests/support/record_maskformer.py on scikit-image photos of four sizes), on JAX and MLX: subtasks
 panoptic, instance and semantic, threshold options, the defaults; label_ids_to_fuse against the
 image processor's post_process_panoptic_segmentation; a batch equals one by one."""
 
+import functools
 import json
 
 import numpy as np
@@ -20,39 +22,49 @@ from .support import image_cases
 
 pytest.importorskip("skimage", reason="the test images are scikit-image's samples (test extra)")
 
-FX = ROOT / "mask2former"
-REF = json.loads((FX / "references" / "segmentation.json").read_text())
-MASKS = np.load(FX / "references" / "segmentation_masks.npz")
-FUSE = np.load(FX / "references" / "fuse.npz")
+FIXTURES = ["mask2former", "maskformer"]
+
+
+@functools.lru_cache(maxsize=None)
+def refs(name):
+    """(segmentation.json, segmentation_masks.npz, fuse.npz) of fixture ``name``."""
+    folder = ROOT / name / "references"
+    return (json.loads((folder / "segmentation.json").read_text()),
+            np.load(folder / "segmentation_masks.npz"), np.load(folder / "fuse.npz"))
+
+
 # Scores are softmax maxima (panoptic) or softmax times a mean of sigmoids over ~10^5 pixels
 # (instance) of the same logits: XLA / MLX sum in another order than PyTorch. Measured: at most
-# 8e-6 (MLX; JAX 5e-6, both after transformers' rounding to 6 decimals); the design's bound is 1e-4.
+# 8e-6 (mask2former on MLX; JAX 5e-6; maskformer 2e-6; after transformers' rounding to 6
+# decimals); the design's bound is 1e-4.
 SCORE_TOL = 1e-4
 # Mask pixels may differ where two queries' score-weighted mask probabilities (panoptic), or two
 # classes' summed probabilities (semantic), tie to within float noise, so the argmax flips; or
 # where a mask logit is within noise of 0 (instance: the mask is logit > 0). Our mask logits differ
-# from PyTorch's by ~1.5e-5. Measured: at most 3.8e-5 of a photo's pixels (JAX semantic; panoptic
-# and instance 8e-6 on both backends); the bound 2e-4 (DETR's) leaves 5x headroom.
+# from PyTorch's by ~1.5e-5. Measured: at most 3.8e-5 of a photo's pixels (mask2former, JAX
+# semantic; its panoptic and instance 8e-6 on both backends; maskformer 7.4e-6); the bound 2e-4
+# (DETR's) leaves 5x headroom.
 FLIP_FRACTION = 2e-4
 _PIPES = {}
 
 
-def pipe(backend):
-    if backend not in _PIPES:
-        _PIPES[backend] = transmuter.pipeline("image-segmentation", FX, backend=backend)
-    return _PIPES[backend]
+def pipe(name, backend):
+    if (name, backend) not in _PIPES:
+        _PIPES[name, backend] = transmuter.pipeline("image-segmentation", ROOT / name, backend=backend)
+    return _PIPES[name, backend]
 
 
-def photos():
-    return [image_cases.make(name).convert("RGB") for name in REF["inputs"]["photos"]]
+def photos(name):
+    return [image_cases.make(photo).convert("RGB") for photo in refs(name)[0]["inputs"]["photos"]]
 
 
-def want_mask(key):
-    h, w = MASKS[f"{key}/shape"]
-    return np.unpackbits(MASKS[f"{key}/bits"])[: h * w].reshape(h, w).astype(bool)
+def want_mask(name, key):
+    masks = refs(name)[1]
+    h, w = masks[f"{key}/shape"]
+    return np.unpackbits(masks[f"{key}/bits"])[: h * w].reshape(h, w).astype(bool)
 
 
-def check(got, want, where):
+def check(name, got, want, where):
     assert [r["label"] for r in got] == [r["label"] for r in want], where
     worst = 0
     for g, w in zip(got, want):
@@ -60,7 +72,7 @@ def check(got, want, where):
             assert g["score"] is None, where
         else:
             assert abs(g["score"] - w["score"]) <= SCORE_TOL, (where, g["score"], w["score"])
-        mask, expected = np.asarray(g["mask"]), want_mask(w["mask"])
+        mask, expected = np.asarray(g["mask"]), want_mask(name, w["mask"])
         assert g["mask"].mode == "L" and mask.shape == expected.shape, where
         assert set(np.unique(mask)) <= {0, 255}, where
         flipped = int(((mask > 0) != expected).sum())
@@ -69,61 +81,71 @@ def check(got, want, where):
     return worst
 
 
-def test_references_discriminate():
+@pytest.mark.parametrize("name", FIXTURES)
+def test_references_discriminate(name):
     """Several segments and labels per call, masks distinct (a fixture whose queries all gave one
     label or one mask would pass anything)."""
-    for call in REF["calls"]:
+    ref = refs(name)[0]
+    for call in ref["calls"]:
         outputs = call["outputs"]
         assert max(len(o) for o in outputs) >= 2, call["call_kwargs"]
         assert len({r["label"] for o in outputs for r in o}) >= 2, call["call_kwargs"]
-    for o in REF["calls"][0]["outputs"]:
-        masks = [want_mask(r["mask"]).tobytes() for r in o]
+    for o in ref["calls"][0]["outputs"]:
+        masks = [want_mask(name, r["mask"]).tobytes() for r in o]
         assert len(set(masks)) == len(masks)
 
 
 @pytest.mark.parametrize("backend", ["jax", "mlx"])
-def test_matches_transformers(backend):
-    """Every recorded call on every photo (the JAX run is in conftest.SLOW_TESTS: its compile
-    takes ~30 s on 2 cores)."""
-    p = pipe(backend)
-    images = photos()
-    for ref in REF["calls"]:
+@pytest.mark.parametrize("name", FIXTURES)
+def test_matches_transformers(name, backend):
+    """Every recorded call on every photo (the JAX runs are in conftest.SLOW_TESTS: compiling
+    takes ~30 s per graph and size on 2 cores)."""
+    p = pipe(name, backend)
+    images = photos(name)
+    for ref in refs(name)[0]["calls"]:
         for i, (image, want) in enumerate(zip(images, ref["outputs"])):
-            check(p(image, **ref["call_kwargs"]), want, f"{ref['call_kwargs']} photo {i}")
+            check(name, p(image, **ref["call_kwargs"]), want, f"{name} {ref['call_kwargs']} photo {i}")
 
 
-@pytest.mark.parametrize("case", REF["fuse"]["cases"], ids=lambda c: f"photo{c['photo']}")
-def test_label_ids_to_fuse_matches_the_image_processor(case):
+def fuse_cases():
+    return [pytest.param(name, case, id=f"{name}-photo{case['photo']}")
+            for name in FIXTURES for case in refs(name)[0]["fuse"]["cases"]]
+
+
+@pytest.mark.parametrize("name,case", fuse_cases())
+def test_label_ids_to_fuse_matches_the_image_processor(name, case):
     """post_process_panoptic_segmentation(label_ids_to_fuse=...) on PyTorch's own outputs: the
     segments (ids reused as transformers reuses them) and the segmentation map."""
-    fuse, i = REF["fuse"], case["photo"]
-    masks = resized_masks(FUSE[f"{i}/masks_queries_logits"], "Mask2FormerImageProcessor")
+    ref, _, arrays = refs(name)
+    fuse, i = ref["fuse"], case["photo"]
+    config = json.loads((ROOT / name / "preprocessor_config.json").read_text())
+    masks = resized_masks(arrays[f"{i}/masks_queries_logits"], config["image_processor_type"])
     segmentation, segments = query_segments(
-        FUSE[f"{i}/class_queries_logits"], masks, tuple(case["size"]), fuse["threshold"],
+        arrays[f"{i}/class_queries_logits"], masks, tuple(case["size"]), fuse["threshold"],
         fuse["mask_threshold"], fuse["overlap_mask_area_threshold"], set(case["label_ids_to_fuse"]))
     want = case["segments_info"]
     assert [(s["id"], s["label_id"], s["was_fused"]) for s in segments] == \
            [(s["id"], s["label_id"], s["was_fused"]) for s in want]
     assert all(abs(s["score"] - w["score"]) <= SCORE_TOL for s, w in zip(segments, want))
-    flipped = int((segmentation != FUSE[f"{i}/segmentation"]).sum())
+    flipped = int((segmentation != arrays[f"{i}/segmentation"]).sum())
     assert flipped <= FLIP_FRACTION * segmentation.size, flipped
 
 
-def test_batch_equals_one_by_one():
-    p = pipe("mlx")
-    kwargs = REF["calls"][0]["call_kwargs"]
-    images = photos()[:2] * 2
-    for subtask in ("panoptic", "instance"):
-        kwargs = {**kwargs, "subtask": subtask}
-        one = [p(x, **kwargs) for x in images]
-        for got, want in zip(p(images, batch_size=4, **kwargs), one):
-            assert [(r["label"], r["score"], r["mask"].tobytes()) for r in got] == \
-                   [(r["label"], r["score"], r["mask"].tobytes()) for r in want]
+@pytest.mark.parametrize("name,subtask", [("maskformer", "panoptic"), ("mask2former", "instance")])
+def test_batch_equals_one_by_one(name, subtask):
+    """maskformer's photos come in several sizes: a batch groups them by size."""
+    p = pipe(name, "mlx")
+    images = photos(name)[:2] * 2
+    kwargs = {**refs(name)[0]["calls"][0]["call_kwargs"], "subtask": subtask}
+    one = [p(x, **kwargs) for x in images]
+    for got, want in zip(p(images, batch_size=4, **kwargs), one):
+        assert [(r["label"], r["score"], r["mask"].tobytes()) for r in got] == \
+               [(r["label"], r["score"], r["mask"].tobytes()) for r in want]
 
 
 def test_bad_options_are_clear_errors():
-    p = pipe("mlx")
-    image = photos()[0]
+    p = pipe("maskformer", "mlx")
+    image = photos("maskformer")[0]
     with pytest.raises(PipelineError, match="subtask must be one of"):
         p(image, subtask="amodal")
     with pytest.raises(PipelineError, match="mask_threshold must be a number"):
