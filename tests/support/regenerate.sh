@@ -42,6 +42,7 @@ time "$EXPORT" tests/support/families_audio_moonshine.py  # moonshine: encoder +
 time "$EXPORT" tests/support/families_image_to_text.py  # trocr: DeiT + TrOCR decoder, encoder + merged decoder
 time "$EXPORT" tests/support/record_image_to_text.py  # image-to-text pipeline cases: rebuilds vision-encoder-decoder and trocr
 time "$EXPORT" tests/support/families_florence2.py  # florence2: DaViT + BART, vision_encoder + embed_tokens + encoder_model + decoder_model_merged (torch.onnx)
+time "$EXPORT" tests/support/record_florence2.py  # its generate / post_process_generation references (rebuilds the model)
 time "$EXPORT" tests/support/families_idefics3.py  # idefics3: SmolVLM-shaped, vision_encoder + embed_tokens + decoder_model_merged (torch.onnx)
 time "$EXPORT" tests/support/record_image_text_to_text.py  # image-text-to-text pipeline cases and Idefics3Processor outputs
 time "$EXPORT" tests/support/families_qwen2vl.py  # qwen2-vl: vision_encoder (grid_thw) + embed_tokens + decoder_model_merged (M-RoPE), torch.onnx
@@ -56,6 +57,7 @@ time "$EXPORT" tests/support/families_sam.py  # sam: optimum SAM split export (v
 time "$EXPORT" tests/support/record_sam.py  # its prompt-mode (SamProcessor) and automatic mask-generation pipeline references
 time "$EXPORT" tests/support/families_vision_rtdetr.py
 time "$EXPORT" tests/support/families_vision_dfine.py  # d-fine: optimum export, photo references
+time "$EXPORT" tests/support/families_vision_detr_variants.py  # conditional-detr, deformable-detr: torch.onnx
 time "$EXPORT" tests/support/families_background_removal.py  # rmbg, rmbg-logits: torch.onnx, RMBG-1.4's names
 # their transformers.js references (npm install --ignore-scripts @huggingface/transformers@4.3.2 into
 # $TRANSFORMERS_JS, outside the repo: see the script's header)

@@ -1,8 +1,9 @@
-"""object-detection: transformers' ObjectDetectionPipeline over DETR-style heads (DETR, YOLOS,
-Conditional / Deformable DETR: ``logits`` [B, queries, classes + 1], ``pred_boxes`` as normalized
-centre x, y, width, height) and the sigmoid head of RT-DETR (v1, v2) and D-FINE (``logits``
-[B, queries, classes]: no "no object" class; RTDetrImageProcessor.post_process_object_detection
-with use_focal_loss=True).
+"""object-detection: transformers' ObjectDetectionPipeline over DETR-style heads: DETR's and
+YOLOS' softmax (``logits`` [B, queries, classes + 1], the last "no object"; ``pred_boxes`` as
+normalized centre x, y, width, height), and the sigmoid heads (``logits`` [B, queries, classes], no
+"no object" class) that keep the top k of queries x classes: k = the number of queries for RT-DETR
+(v1, v2) and D-FINE (RTDetrImageProcessor.post_process_object_detection, use_focal_loss=True),
+k = 100 for Conditional and Deformable DETR (their processors' post_process_object_detection).
 
     pipe("street.jpg")                  -> [{"score", "label", "box": {"xmin", "ymin", "xmax",
                                              "ymax"}}, ...]   (pixels, truncated to ints)
@@ -25,7 +26,7 @@ class ObjectDetectionPipeline(VisionPipeline):
             raise PipelineError(f"{self.task} runs DETR-style detectors (outputs logits and "
                                 f"pred_boxes); this graph gives {sorted(names)}")
         super().__init__(model, config, **kwargs)
-        self.focal = is_rt_detr(self.config, self.image_processor)
+        self.top_k = sigmoid_top_k(self.config, self.image_processor)
 
     def _sanitize_parameters(self, threshold=0.5, exact_boxes=False, **unknown):
         super()._sanitize_parameters(**unknown)
@@ -39,22 +40,32 @@ class ObjectDetectionPipeline(VisionPipeline):
         # post_process_object_detection: corners scaled to the input image's size
         boxes = corners(out["pred_boxes"].astype(np.float32)) * np.array(
             [width, height, width, height], np.float32)
-        scores, labels, boxes = (focal_head if self.focal else softmax_head)(out["logits"], boxes)
+        if self.top_k is None:
+            scores, labels, boxes = softmax_head(out["logits"], boxes)
+        else:
+            scores, labels, boxes = focal_head(out["logits"], boxes, self.top_k)
         keep = scores > threshold
         return [{"score": float(s), "label": self.label(c), "box": box_dict(b, exact_boxes)}
                 for s, c, b in zip(scores[keep], labels[keep], boxes[keep])]
 
 
-# model types whose checkpoints use RTDetrImageProcessor's focal (sigmoid top-k) post-processing
-FOCAL_MODEL_TYPES = {"rt_detr", "rt_detr_v2", "d_fine"}
+# model types (and their processors) whose post-processing is a sigmoid top-k: over all queries
+# (RTDetrImageProcessor, use_focal_loss=True), or the top 100 (top_k's default)
+TOP_QUERIES = {"rt_detr", "rt_detr_v2", "d_fine"}
+TOP_100 = {"conditional_detr": "ConditionalDetrImageProcessor",
+           "deformable_detr": "DeformableDetrImageProcessor"}
 
 
-def is_rt_detr(config, image_processor):
-    """RT-DETR's head (RT-DETR v1 / v2, D-FINE): by config.json's model_type, else by its
-    processor's type."""
-    if (config or {}).get("model_type") in FOCAL_MODEL_TYPES:
-        return True
-    return str(getattr(image_processor, "name", "")).startswith("RTDetrImageProcessor")
+def sigmoid_top_k(config, image_processor):
+    """"queries" (RT-DETR, D-FINE), 100 (Conditional / Deformable DETR) or None (DETR's softmax):
+    by config.json's model_type, else by the processor's type."""
+    model_type = (config or {}).get("model_type")
+    processor = str(getattr(image_processor, "name", ""))
+    if model_type in TOP_QUERIES or processor.startswith("RTDetrImageProcessor"):
+        return "queries"
+    if model_type in TOP_100 or processor.startswith(tuple(TOP_100.values())):
+        return 100
+    return None
 
 
 def softmax_head(logits, boxes):
@@ -63,12 +74,13 @@ def softmax_head(logits, boxes):
     return probs.max(-1), probs.argmax(-1), boxes
 
 
-def focal_head(logits, boxes):
-    """RT-DETR (use_focal_loss=True): sigmoid, the top ``queries`` scores over queries x classes,
-    best first (ties: the lower query x class index first)."""
+def focal_head(logits, boxes, top_k):
+    """Sigmoid, the top ``top_k`` scores over queries x classes ("queries": as many as there are
+    queries; an int: at most that many), best first (ties: the lower query x class index first)."""
     queries, classes = logits.shape[-2:]
+    k = queries if top_k == "queries" else min(top_k, queries * classes)
     scores = sigmoid(np.asarray(logits, np.float32)).reshape(-1)
-    top = np.argsort(-scores, kind="stable")[:queries]
+    top = np.argsort(-scores, kind="stable")[:k]
     return scores[top], top % classes, boxes[top // classes]
 
 
