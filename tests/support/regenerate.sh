@@ -51,6 +51,8 @@ time "$EXPORT" tests/support/families_vision_more.py
 time "$EXPORT" tests/support/families_vision_owl.py
 time "$EXPORT" tests/support/families_detr_panoptic.py  # detr-panoptic: optimum image-segmentation export
 time "$EXPORT" tests/support/record_detr_panoptic.py  # its panoptic / instance / semantic pipeline references
+time "$EXPORT" tests/support/families_maskformer.py  # mask2former, maskformer: optimum image-segmentation exports
+time "$EXPORT" tests/support/record_maskformer.py  # their panoptic / instance / semantic pipeline references, label_ids_to_fuse
 time "$EXPORT" tests/support/families_grounding_dino.py  # grounding-dino: torch.onnx, one image size
 time "$EXPORT" tests/support/record_grounding_dino.py  # its pipeline / grounded / processor references (rebuilds the model)
 time "$EXPORT" tests/support/families_sam.py  # sam: optimum SAM split export (vision_encoder + prompt_encoder_mask_decoder)
