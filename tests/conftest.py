@@ -29,6 +29,12 @@ SLOW_TESTS = {
     "tests/test_whisper_split.py::test_split_pair_gives_the_merged_decoders_ids[jax-2]",
     "tests/test_pipelines_qwen2vl.py::test_matches_recorded_pipeline[jax]",
     "tests/test_pipelines_image_text_to_text.py::test_matches_recorded_pipeline[jax]",
+    "tests/test_pipelines_vision.py::test_matches_recorded_pipeline[object-detection-d-fine-jax]",
+    "tests/test_pipelines_vision.py::test_matches_recorded_pipeline"
+    "[object-detection-conditional-detr-jax]",
+    "tests/test_pipelines_vision.py::test_matches_recorded_pipeline"
+    "[object-detection-deformable-detr-jax]",
+    "tests/test_pipelines_detection.py::test_matches_recorded_pipeline[jax]",
 }
 SLOW_FILES = {"tests/test_ray.py"}
 

@@ -1,8 +1,8 @@
 """object-detection on D-FINE (the d-fine fixture) against transformers' pipeline on the PyTorch
 model, recorded by tests/support/families_vision_dfine.py on scikit-image photos
 (references/photos.json: thresholds 0.0, 0.7 and the default; the float boxes of
-post_process_object_detection for exact_boxes=True), on JAX and MLX; a batch equals one by one.
-The synthetic-image reference (pipeline_object-detection.json) runs in test_pipelines_vision.py."""
+post_process_object_detection for exact_boxes=True), on JAX and MLX. The synthetic-image reference
+(pipeline_object-detection.json) and a batch against one by one run in test_pipelines_vision.py."""
 
 import json
 import math
@@ -76,13 +76,3 @@ def test_exact_boxes_are_post_process_object_detection(backend):
         worst = max(worst, float(np.abs(values - np.array(boxes)).max()))
     assert worst <= PIXEL_TOL, worst
 
-
-def test_batch_equals_one_by_one():
-    images = photos()
-    kwargs = REF["calls"][1]["call_kwargs"]
-    one = [pipe("jax")(im, exact_boxes=True, **kwargs) for im in images]
-    for got, want in zip(pipe("jax")(images, batch_size=4, exact_boxes=True, **kwargs), one):
-        assert [r["label"] for r in got] == [r["label"] for r in want]
-        for g, w in zip(got, want):
-            assert math.isclose(g["score"], w["score"], abs_tol=1e-5)
-            assert np.allclose(list(g["box"].values()), list(w["box"].values()), atol=PIXEL_TOL)
