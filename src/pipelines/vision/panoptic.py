@@ -1,7 +1,8 @@
 """DETR's mask head (DetrForSegmentation: ``logits`` [queries, labels + 1] and ``pred_masks``
 [queries, h, w]) post-processed as DetrImageProcessor does: post_process_panoptic_segmentation,
 post_process_instance_segmentation (both through compute_segments) and
-post_process_semantic_segmentation, in NumPy."""
+post_process_semantic_segmentation, in NumPy. MaskFormer's and Mask2Former's panoptic and semantic
+post-processing are the same functions (transformers copies them): maskformer.py calls these."""
 
 import numpy as np
 
