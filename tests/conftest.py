@@ -27,6 +27,10 @@ SLOW_TESTS = {
     "[whisper-split-automatic-speech-recognition]",
     "tests/test_whisper_split.py::test_split_pair_gives_the_merged_decoders_ids[jax-1]",
     "tests/test_whisper_split.py::test_split_pair_gives_the_merged_decoders_ids[jax-2]",
+    "tests/test_whisper_fallback.py::test_matches_transformers[condition_on_prev_tokens-jax]",
+    "tests/test_whisper_fallback.py::test_matches_transformers"
+    "[condition_on_prev_tokens_beams-jax]",
+    "tests/test_whisper_fallback.py::test_matches_transformers[fallback_to_greedy_again-jax]",
     "tests/test_pipelines_qwen2vl.py::test_matches_recorded_pipeline[jax]",
     "tests/test_pipelines_image_text_to_text.py::test_matches_recorded_pipeline[jax]",
     "tests/test_pipelines_vision.py::test_matches_recorded_pipeline[object-detection-d-fine-jax]",

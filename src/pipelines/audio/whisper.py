@@ -23,6 +23,7 @@ from ...generation import GenerationConfig
 from ...generation.config import check_options
 from .. import encoder_decoder
 from ..base import PipelineError
+from .whisper_fallback import Fallback, conditioned, generate_with_fallback
 
 # transformers' AutomaticSpeechRecognitionPipeline._default_generation_config
 PIPELINE_DEFAULTS = {"max_new_tokens": 256, "num_beams": 5}
@@ -52,6 +53,7 @@ class Head:
 
     def sanitize(self, return_timestamps, return_language, options):
         whisper = {k: options.pop(k) for k in WHISPER_OPTIONS if k in options}
+        fallback = Fallback.from_options(options, self.file)
         check_options(self.pipe.task, options)
         if return_timestamps is None:
             return_timestamps = self.file.get("return_timestamps") or None
@@ -70,7 +72,8 @@ class Head:
         language = self._language_id(whisper.get("language"))
         task = self._task_id(whisper.get("task"))
         fwd = {"config": config, "language": language, "task": task,
-               "timestamps": bool(return_timestamps), "words": return_timestamps == "word"}
+               "timestamps": bool(return_timestamps), "words": return_timestamps == "word",
+               "fallback": fallback}
         return fwd, {"timestamps": return_timestamps or None, "language": return_language}
 
     def _language_id(self, language):
@@ -117,7 +120,7 @@ class Head:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def forward(self, chunks, config, language, task, timestamps, words=False):
+    def forward(self, chunks, config, language, task, timestamps, words=False, fallback=None):
         """transformers' seek loop (``WhisperGenerationMixin.generate``): each row's features
         are cut into windows of ``num_segment_frames``, zero-padded; a window's tokens up to its
         last timestamp pair are kept, and the next window starts at that timestamp (or after the
@@ -134,7 +137,9 @@ class Head:
                 f"The recording is past Whisper's {window} frames (its long-form transcription "
                 "predicts timestamp tokens): pass return_timestamps=True, or chunk_length_s to "
                 "cut it into windows")
-        seek, tokens, stamps = [0] * len(chunks), [[] for _ in chunks], [[] for _ in chunks]
+        seek, stamps = [0] * len(chunks), [[] for _ in chunks]
+        kept_windows = [[] for _ in chunks]  # each row's kept tokens, window by window
+        condition = [fallback.condition_on_prev_tokens] * len(chunks)
         prompts = None
         processors = self._processors(config, timestamps)
         config = dataclasses.replace(config, suppress_tokens=None, begin_suppress_tokens=None)
@@ -145,21 +150,29 @@ class Head:
                                     for b, n in zip(rows, spans)])
             if prompts is None:  # the language is detected once, on the first window
                 prompts = self._prompts(encoded, config, language, task, timestamps)
-            self._check_length(prompts[0], config)
-            generated = self._generate([prompts[b] for b in rows], config, encoded, processors)
+            window_prompts = [conditioned(self, prompts[b], kept_windows[b], condition[b])
+                              for b in rows]
+            self._check_length(max(window_prompts, key=len), config)
+            generated, skip, used = generate_with_fallback(self, window_prompts, config,
+                                                           encoded, processors, fallback)
             if words:
-                times = self._token_times([chunks[b] for b in rows], [prompts[b] for b in rows],
+                times = self._token_times([chunks[b] for b in rows], window_prompts,
                                           generated, encoded, config)
             ends = set(config.eos_token_id) | {config.pad_token_id}
             for i, (b, n, ids) in enumerate(zip(rows, spans, generated)):
+                condition[b] = fallback.condition_on_prev_tokens and (used[i] is None or
+                                                                      used[i] < 0.5)
+                if skip[i]:  # silence: nothing kept, the next window after this one
+                    seek[b] += n
+                    continue
                 kept, advance = self._segment(_cut(ids, ends), n)
                 if words:  # the kept tokens' times, offset by the window's start (10 ms frames)
-                    at = len(prompts[b])
+                    at = len(window_prompts[i])
                     stamps[b].append(times[i][at:at + len(kept)] + seek[b] * 0.02 / 2)
-                tokens[b] += kept
+                kept_windows[b].append(kept)
                 seek[b] += advance
-        out = [{"tokens": np.array([t], np.int64), "stride": c["stride"]}
-               for c, t in zip(chunks, tokens)]
+        out = [{"tokens": np.array([sum(w, [])], np.int64), "stride": c["stride"]}
+               for c, w in zip(chunks, kept_windows)]
         if words:
             for o, parts in zip(out, stamps):
                 o["token_timestamps"] = np.concatenate(parts)[None].astype(np.float32)
@@ -219,13 +232,17 @@ class Head:
                                 padding=encoded.padding[:len(items)])
 
     def _generate(self, prompts, config, encoded, processors):
-        """Each row's new tokens (eos included when generated)."""
+        """Each row's new tokens (eos included when generated), and with beams the best beam's
+        score (else None)."""
         gen = self.generator
+        scores = None
         if config.num_beams > 1:
-            new = [seqs[0] for seqs in gen.beam_search(prompts, config, encoded, processors)[0]]
+            sequences, beam_scores = gen.beam_search(prompts, config, encoded, processors)
+            new = [seqs[0] for seqs in sequences]
+            scores = [float(s[0]) for s in beam_scores]
         else:
             new = gen.generate(prompts, config, encoded, processors=processors)
-        return [[int(i) for i in ids] for ids in new]
+        return [[int(i) for i in ids] for ids in new], scores
 
     def _check_length(self, prompt, config):
         limit = self.config.get("max_target_positions")
