@@ -50,7 +50,8 @@ _PIPES = {}
 
 def pipe(name, backend):
     if (name, backend) not in _PIPES:
-        _PIPES[name, backend] = transmuter.pipeline("image-segmentation", ROOT / name, backend=backend)
+        _PIPES[name, backend] = transmuter.pipeline("image-segmentation", ROOT / name,
+                                                    backend=backend)
     return _PIPES[name, backend]
 
 
@@ -104,7 +105,8 @@ def test_matches_transformers(name, backend):
     images = photos(name)
     for ref in refs(name)[0]["calls"]:
         for i, (image, want) in enumerate(zip(images, ref["outputs"])):
-            check(name, p(image, **ref["call_kwargs"]), want, f"{name} {ref['call_kwargs']} photo {i}")
+            where = f"{name} {ref['call_kwargs']} photo {i}"
+            check(name, p(image, **ref["call_kwargs"]), want, where)
 
 
 def fuse_cases():
@@ -150,3 +152,6 @@ def test_bad_options_are_clear_errors():
         p(image, subtask="amodal")
     with pytest.raises(PipelineError, match="mask_threshold must be a number"):
         p(image, subtask="instance", mask_threshold=None)
+    semantic_only = transmuter.pipeline("image-segmentation", ROOT / "segformer", backend="mlx")
+    with pytest.raises(PipelineError, match="class_queries_logits and masks_queries_logits"):
+        semantic_only(image, subtask="instance")

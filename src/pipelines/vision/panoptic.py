@@ -40,7 +40,8 @@ def compute_segments(mask_probs, scores, labels, size, mask_threshold, overlap_m
     segmentation = np.zeros(size, np.int32)
     segments, fused, current = [], {}, 0
     for k, label in enumerate(int(v) for v in labels):
-        if not is_valid_segment(owner == k, mask_probs[k], mask_threshold, overlap_mask_area_threshold):
+        if not is_valid_segment(owner == k, mask_probs[k], mask_threshold,
+                                overlap_mask_area_threshold):
             continue
         should_fuse = label in label_ids_to_fuse
         if label in fused:

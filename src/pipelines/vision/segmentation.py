@@ -35,10 +35,11 @@ class ImageSegmentationPipeline(VisionPipeline):
         head = self.query_head()
         names = {v.name for v in self.model.outputs}
         if head is None and ("logits" not in names or subtask in ("instance", "panoptic")):
-            raise PipelineError(
-                f"{self.task}: subtask {subtask!r} needs a graph with outputs "
-                f"{'logits and pred_masks (DETR panoptic) or class_queries_logits and ' if subtask else 'logits, or '}"
-                f"masks_queries_logits (MaskFormer, Mask2Former); this one gives {sorted(names)}")
+            heads = ("logits and pred_masks (DETR panoptic), or class_queries_logits and "
+                     "masks_queries_logits (MaskFormer, Mask2Former)")
+            wanted = heads if subtask in ("instance", "panoptic") else f"logits, or {heads}"
+            raise PipelineError(f"{self.task}: subtask {subtask!r} needs a graph with outputs "
+                                f"{wanted}; this one gives {sorted(names)}")
         for name, value in (("threshold", threshold), ("mask_threshold", mask_threshold),
                             ("overlap_mask_area_threshold", overlap_mask_area_threshold)):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
