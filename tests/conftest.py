@@ -39,6 +39,7 @@ SLOW_TESTS = {
     "tests/test_pipelines_vision.py::test_matches_recorded_pipeline"
     "[object-detection-deformable-detr-jax]",
     "tests/test_pipelines_detection.py::test_matches_recorded_pipeline[jax]",
+    "tests/test_pipelines_florence2.py::test_generate_matches_transformers[jax]",
 }
 SLOW_FILES = {"tests/test_ray.py"}
 

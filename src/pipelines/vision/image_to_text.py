@@ -37,6 +37,12 @@ class ImageToTextPipeline(VisionPipeline):
     # the second graph this task loads; factory.pipeline passes its variant= on as encoder_variant=
     encoder_component = "encoder_model"
 
+    def __new__(cls, model, config=None, **kwargs):
+        if cls is ImageToTextPipeline and (config or {}).get("model_type") == "florence2":
+            from .florence2 import Florence2Pipeline  # its own graphs, prompts and parsing
+            cls = Florence2Pipeline
+        return super().__new__(cls)
+
     def __init__(self, model, config=None, *, tokenizer, repo=None, encoder=None,
                  encoder_variant=None, **kwargs):
         kind = (config or {}).get("model_type")
@@ -74,19 +80,25 @@ class ImageToTextPipeline(VisionPipeline):
         """Images of one size: the encoder once on the batch, then each image's
         ``num_return_sequences`` sequences (beam search, or that many sampled rows)."""
         gen, n = self.generator, len(chunks)
-        feed = self.featurizer.batch([c["image"] for c in chunks], self._rows(n),
-                                     gen.encoder_inputs, self.task)
-        states = gen.encode(feed).states[:n]  # spare rows (copies of the first) dropped
+        encoded = self._encode(chunks)
         start = gen.start_ids(config)
         if config.num_beams > 1:
-            encoded = Encoded(states, None, np.zeros(n, np.int64))
             new, _ = gen.beam_search([start] * n, config, encoded)
         else:
             r = config.num_return_sequences
-            encoded = Encoded(np.repeat(states, r, axis=0), None, np.zeros(n * r, np.int64))
+            encoded = Encoded(*(None if v is None else np.repeat(v, r, axis=0) for v in encoded))
             flat = gen.generate([start] * (n * r), config, encoded)
             new = [flat[i * r:(i + 1) * r] for i in range(n)]
         return [dict(c, output_ids=[start + list(s) for s in seqs]) for c, seqs in zip(chunks, new)]
+
+    def _encode(self, chunks):
+        """The encoder's ``Encoded`` (states [n, W, H], no mask) of the images (one size) of
+        ``chunks``."""
+        gen, n = self.generator, len(chunks)
+        feed = self.featurizer.batch([c["image"] for c in chunks], self._rows(n),
+                                     gen.encoder_inputs, self.task)
+        states = gen.encode(feed).states[:n]  # spare rows (copies of the first) dropped
+        return Encoded(states, None, np.zeros(n, np.int64))
 
     def postprocess(self, outputs):
         return [{"generated_text": self.tokenizer.decode(ids, skip_special_tokens=True)}
