@@ -236,7 +236,7 @@ def export(m, out: Path, work: Path):
     presents = past_names("present")
     axes = dict(base)
     for n in presents:
-        axes[n] = {0: "batch_size", 2: "encoder_sequence_length_out" if ".encoder." in n
+        axes[n] = {0: "batch_size", 2: "encoder_sequence_length" if ".encoder." in n
                    else "decoder_sequence_length"}
     inputs = ["inputs_embeds", "encoder_attention_mask", "encoder_hidden_states"]
     torch.onnx.export(Decoder(m), (dec, mask, states), str(work / "decoder_model.onnx"),
@@ -244,7 +244,7 @@ def export(m, out: Path, work: Path):
                       dynamic_axes=axes, **kw)
     past = [torch.randn(2, HEADS, 9 if ".encoder." in n else 3, HEAD_DIM) for n in past_names()]
     axes = dict(base)
-    axes.update({n: {0: "batch_size", 2: "encoder_sequence_length_out" if ".encoder." in n
+    axes.update({n: {0: "batch_size", 2: "encoder_sequence_length" if ".encoder." in n
                      else "past_decoder_sequence_length"} for n in past_names()})
     axes.update({n: {0: "batch_size", 2: "past_decoder_sequence_length + 1"}
                  for n in past_names("present", cross=False)})
