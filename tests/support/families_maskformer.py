@@ -125,8 +125,8 @@ def build_maskformer():
 NOTES = {
     "mask2former": [
         "Mask2FormerForUniversalSegmentation; backbone: Swin (embed_dim 16, depths [1, 1, 1, 1], heads [1, 1, 2, 2], "
-        "window 4, mlp_ratio 2), pixel decoder and transformer decoder hidden 32 (2 encoder, 3 decoder layers, 4 heads), "
-        "10 queries, 70 labels",
+        "window 4, mlp_ratio 2), pixel decoder and transformer decoder hidden 32 (2 encoder, 3 decoder layers, "
+        "4 heads), 10 queries, 70 labels",
         "exported by optimum-onnx main_export, task image-segmentation, with custom_onnx_configs={'model': "
         "MaskFormerOnnxConfig} (optimum has no mask2former config): input pixel_values, outputs "
         "class_queries_logits and masks_queries_logits",
