@@ -5,8 +5,15 @@ import numpy as np
 
 
 def bilinear(x, size):
-    """``interpolate(x[None], size, mode="bilinear")`` of ``x`` [..., H, W]."""
-    return _separable(x, size, _linear_weights)
+    """``interpolate(x[None], size, mode="bilinear")`` of ``x`` [..., H, W]. Each output pixel
+    blends two source pixels per axis: gathered, not a dense weight matrix (SAM's masks, 256 ->
+    1024 -> the image, took minutes as matmuls)."""
+    x = np.asarray(x, np.float64)
+    for axis, (n_in, n_out) in zip((-2, -1), zip(x.shape[-2:], size)):
+        left, right, t = _linear_taps(n_in, int(n_out))
+        t = t.reshape((-1, 1) if axis == -2 else (-1,))
+        x = np.take(x, left, axis=axis) * (1 - t) + np.take(x, right, axis=axis) * t
+    return x.astype(np.float32)
 
 
 def bicubic(x, size):
@@ -46,15 +53,12 @@ def _source(n_in, n_out):
     return (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
 
 
-def _linear_weights(n_in, n_out):
+def _linear_taps(n_in, n_out):
+    """Per output index: the two source indices and the weight of the right one."""
     src = np.maximum(_source(n_in, n_out), 0.0)  # linear modes clamp negative sources to 0
     left = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
     right = np.minimum(left + 1, n_in - 1)
-    t = src - left
-    w = np.zeros((n_out, n_in))
-    np.add.at(w, (np.arange(n_out), left), 1 - t)
-    np.add.at(w, (np.arange(n_out), right), t)
-    return w
+    return left, right, src - left
 
 
 def _cubic_weights(n_in, n_out, a=-0.75):
