@@ -31,7 +31,8 @@ SLOW_TESTS = {
     "tests/test_whisper_fallback.py::test_matches_transformers"
     "[condition_on_prev_tokens_beams-jax]",
     "tests/test_whisper_fallback.py::test_matches_transformers[fallback_to_greedy_again-jax]",
-    "tests/test_pipelines_qwen2vl.py::test_matches_recorded_pipeline[jax]",
+    "tests/test_pipelines_qwen2vl.py::test_matches_recorded_pipeline[qwen2-vl-jax]",
+    "tests/test_pipelines_qwen2vl.py::test_matches_recorded_pipeline[qwen2.5-vl-jax]",
     "tests/test_pipelines_image_text_to_text.py::test_matches_recorded_pipeline[jax]",
     "tests/test_pipelines_vision.py::test_matches_recorded_pipeline[object-detection-d-fine-jax]",
     "tests/test_pipelines_vision.py::test_matches_recorded_pipeline"

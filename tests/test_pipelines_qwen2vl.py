@@ -1,8 +1,10 @@
-"""image-text-to-text over Qwen2-VL (pipelines/vision/image_text_to_text.py, vlm_families.py)
-against transformers on the qwen2-vl fixture (a tiny Qwen2VLForConditionalGeneration in
-transformers.js' three graphs, tests/support/families_qwen2vl.py), whose references
-tests/support/record_qwen2vl.py recorded from the PyTorch model (and checked there: every
-greedy case's ids equal an onnxruntime loop over the same ONNX files):
+"""image-text-to-text over Qwen2-VL and Qwen2.5-VL (pipelines/vision/image_text_to_text.py,
+vlm_families.py) against transformers on the qwen2-vl and qwen2.5-vl fixtures (a tiny
+Qwen2VLForConditionalGeneration and a tiny Qwen2_5_VLForConditionalGeneration, its vision
+attention in windows, in transformers.js' three graphs, tests/support/families_qwen2vl.py),
+whose references tests/support/record_qwen2vl.py recorded from the PyTorch models (and checked
+there: every greedy case's ids equal an onnxruntime loop over the same ONNX files); each test
+runs on both:
 
 - the processor: Qwen2VLProcessor's input_ids exactly (``<|image_pad|>`` expanded to one token
   per merged 2 x 2 patches) and Qwen2VLImageProcessor's pixel_values / image_grid_thw on the
@@ -32,68 +34,75 @@ from transmuter.pipelines import PipelineError
 from .fixtures import ROOT, pipeline_reference
 
 TASK = "image-text-to-text"
-FIXTURE = "qwen2-vl"
-FX = ROOT / FIXTURE
+FIXTURES = ("qwen2-vl", "qwen2.5-vl")
 _PIPES = {}
 
 
-def pipe(backend="jax"):
-    if backend not in _PIPES:
-        _PIPES[backend] = transmuter.pipeline(TASK, FX, backend=backend)
-    return _PIPES[backend]
+class Fixture:
+    """One fixture's folder, references and pipelines (one per backend, kept for the module)."""
+
+    def __init__(self, name):
+        self.name, self.dir = name, ROOT / name
+
+    def pipe(self, backend="jax"):
+        key = (self.name, backend)
+        if key not in _PIPES:
+            _PIPES[key] = transmuter.pipeline(TASK, self.dir, backend=backend)
+        return _PIPES[key]
+
+    def reference(self):
+        return pipeline_reference(self.name, TASK)
+
+    def case(self, name):
+        return next(c for c in self.reference()["cases"] if c["name"] == name)
+
+    def paths(self, rel):
+        return [str(self.dir / r) for r in rel]
+
+    def relative(self, obj):
+        """Our records with the fixture's absolute image paths written as recorded."""
+        if isinstance(obj, dict):
+            return {k: self.relative(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.relative(v) for v in obj]
+        if isinstance(obj, str) and obj.startswith(str(self.dir) + "/"):
+            return obj[len(str(self.dir)) + 1:]
+        return obj
+
+    def call(self, p, c, **extra):
+        """(records, token ids per record) of a recorded case, called as it was recorded."""
+        seen, post = [], p.postprocess
+
+        def spy(outputs, **params):
+            out = outputs[0]
+            seen.extend(list(out["ids"]) + list(map(int, new)) for new in out["new_ids"])
+            return post(outputs, **params)
+
+        p.postprocess = spy
+        try:
+            outs = p(text=copy.deepcopy(c["text"]), images=self.paths(c["images"]) or None,
+                     **c["call_kwargs"], **extra)
+        finally:
+            del p.postprocess
+        return self.relative(outs), seen
 
 
-def reference():
-    return pipeline_reference(FIXTURE, TASK)
-
-
-def case(name):
-    return next(c for c in reference()["cases"] if c["name"] == name)
-
-
-def paths(rel):
-    return [str(FX / r) for r in rel]
-
-
-def relative(obj):
-    """Our records with the fixture's absolute image paths written as recorded (relative)."""
-    if isinstance(obj, dict):
-        return {k: relative(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [relative(v) for v in obj]
-    if isinstance(obj, str) and obj.startswith(str(FX) + "/"):
-        return obj[len(str(FX)) + 1:]
-    return obj
-
-
-def call(p, c, **extra):
-    """(records, token ids per record) of a recorded case, called as it was recorded."""
-    seen, post = [], p.postprocess
-
-    def spy(outputs, **params):
-        out = outputs[0]
-        seen.extend(list(out["ids"]) + list(map(int, new)) for new in out["new_ids"])
-        return post(outputs, **params)
-
-    p.postprocess = spy
-    try:
-        outs = p(text=copy.deepcopy(c["text"]), images=paths(c["images"]) or None,
-                 **c["call_kwargs"], **extra)
-    finally:
-        del p.postprocess
-    return relative(outs), seen
+@pytest.fixture(params=FIXTURES)
+def fx(request):
+    return Fixture(request.param)
 
 
 # --- processor ----------------------------------------------------------------------------------
 
 
-def test_processor_matches_transformers():
-    meta = json.loads((FX / "references/processor.json").read_text())
-    data, rope = np.load(FX / "references/processor.npz"), np.load(FX / "references/rope.npz")
-    p = pipe()
+def test_processor_matches_transformers(fx):
+    meta = json.loads((fx.dir / "references/processor.json").read_text())
+    data = np.load(fx.dir / "references/processor.npz")
+    rope = np.load(fx.dir / "references/rope.npz")
+    p = fx.pipe()
     for c in meta["cases"]:
         name = c["name"]
-        chunk = next(p.preprocess({"messages": c["text"], "images": paths(c["images"])}))
+        chunk = next(p.preprocess({"messages": c["text"], "images": fx.paths(c["images"])}))
         assert chunk["ids"] == data[f"{name}/input_ids"][0].tolist(), name
         want_positions = rope[f"{name}/position_ids"][:, 0]
         got_positions = chunk["positions"]
@@ -110,15 +119,15 @@ def test_processor_matches_transformers():
 
 
 @pytest.mark.parametrize("bounds", ["real", "fixture"])
-def test_photos_match_transformers(bounds):
+def test_photos_match_transformers(fx, bounds):
     """Full scikit-image photos at Qwen2-VL-2B-Instruct's min/max pixels and at the fixture's."""
     skimage_data = pytest.importorskip("skimage.data")
     from transmuter.preprocess.image import load_image
     from transmuter.preprocess.image_qwen2vl import Qwen2VLImages
 
-    meta = json.loads((FX / "references/processor.json").read_text())
-    data = np.load(FX / "references/processor.npz")
-    config = json.loads((FX / "preprocessor_config.json").read_text())
+    meta = json.loads((fx.dir / "references/processor.json").read_text())
+    data = np.load(fx.dir / "references/processor.npz")
+    config = json.loads((fx.dir / "preprocessor_config.json").read_text())
     images = Qwen2VLImages({**config, **meta["bounds"][bounds]})
     for photo in meta["photos"]:
         key = f"{bounds}/{photo}"
@@ -141,87 +150,89 @@ def test_smart_resize_refuses_extreme_aspect():
 
 
 @pytest.mark.parametrize("backend", ["jax", "mlx"])
-def test_matches_recorded_pipeline(backend):
-    p = pipe(backend)
-    for c in reference()["cases"]:
-        outs, ids = call(p, c)
+def test_matches_recorded_pipeline(fx, backend):
+    p = fx.pipe(backend)
+    for c in fx.reference()["cases"]:
+        outs, ids = fx.call(p, c)
         assert outs == c["outputs"], c["name"]
         assert ids == c["token_ids"], c["name"]
 
 
-def test_generation_settings_are_transformers():
-    want = reference()["generation_config"]
-    config = pipe()._sanitize_parameters()[1]["config"]
+def test_generation_settings_are_transformers(fx):
+    want = fx.reference()["generation_config"]
+    config = fx.pipe()._sanitize_parameters()[1]["config"]
     assert config.max_new_tokens == want["max_new_tokens"]
     assert config.eos_token_id == want["eos_token_id"]
     assert config.pad_token_id == want["pad_token_id"]
 
 
-def test_batch_of_chats_equals_transformers_batch():
+def test_batch_of_chats_equals_transformers_batch(fx):
     """Two chats (one and two images, prompts of different lengths and M-RoPE offsets) in one
-    generate: what transformers' batch gave, which is what each gives alone."""
-    batch = reference()["batch"]
-    chosen = [case(n) for n in batch["names"]]
-    outs = pipe()(text=[copy.deepcopy(c["text"]) for c in chosen],
-                  images=[paths(c["images"]) for c in chosen], **batch["call_kwargs"])
-    assert relative(outs) == batch["outputs"]
+    generate: what transformers' batch gave, which is what each gives alone. One fixture on
+    each backend (a JAX batch compiles for ~30 s on 2 loaded cores)."""
+    batch = fx.reference()["batch"]
+    chosen = [fx.case(n) for n in batch["names"]]
+    p = fx.pipe("jax" if fx.name == "qwen2-vl" else "mlx")
+    outs = p(text=[copy.deepcopy(c["text"]) for c in chosen],
+             images=[fx.paths(c["images"]) for c in chosen], **batch["call_kwargs"])
+    assert fx.relative(outs) == batch["outputs"]
 
 
-def test_token_summary_counts_a_batch():
+def test_token_summary_counts_a_batch(fx):
     """Two chats in one generate: input is each prompt's tokens (its image tokens included),
     output its new tokens (the recorded ones), padding what the batch ran for it beyond them:
     the shorter prompt's padding to the longer, then the steps after it stopped."""
-    batch = reference()["batch"]
-    chosen = [case(n) for n in batch["names"]]
+    batch = fx.reference()["batch"]
+    chosen = [fx.case(n) for n in batch["names"]]
     budget = batch["call_kwargs"]["max_new_tokens"]
     prompts = [len(c["token_ids"][0]) - c["call_kwargs"]["max_new_tokens"] for c in chosen]
-    outs = pipe("mlx")(text=[copy.deepcopy(c["text"]) for c in chosen],
-                       images=[paths(c["images"]) for c in chosen], token_summary=True,
-                       **batch["call_kwargs"])
+    outs = fx.pipe("mlx")(text=[copy.deepcopy(c["text"]) for c in chosen],
+                          images=[fx.paths(c["images"]) for c in chosen], token_summary=True,
+                          **batch["call_kwargs"])
     for out, n in zip(outs, prompts):
         assert out[0]["token_summary"] == {"input": n, "output": budget,
                                            "padding": max(prompts) - n}
     with pytest.raises(PipelineError, match="drop token_summary"):
-        pipe("mlx")(text=chosen[0]["text"], images=paths(chosen[0]["images"]), stream=True,
-                    token_summary=True)
+        fx.pipe("mlx")(text=chosen[0]["text"], images=fx.paths(chosen[0]["images"]),
+                       stream=True, token_summary=True)
 
 
-def test_sampling_with_seed_repeats():
-    c = case("one_image")  # on MLX: its compiled shapes are ready in a fraction of JAX's time
-    first, _ = call(pipe("mlx"), c, do_sample=True, seed=3, top_k=20)
-    again, _ = call(pipe("mlx"), c, do_sample=True, seed=3, top_k=20)
+def test_sampling_with_seed_repeats(fx):
+    c = fx.case("one_image")  # on MLX: its compiled shapes are ready in a fraction of JAX's time
+    first, _ = fx.call(fx.pipe("mlx"), c, do_sample=True, seed=3, top_k=20)
+    again, _ = fx.call(fx.pipe("mlx"), c, do_sample=True, seed=3, top_k=20)
     assert first == again
 
 
-def test_stream_joins_to_the_new_text():
-    c = case("new_text")
+def test_stream_joins_to_the_new_text(fx):
+    c = fx.case("new_text")
     kwargs = {k: v for k, v in c["call_kwargs"].items() if k != "return_full_text"}
-    chunks = list(pipe("mlx")(text=copy.deepcopy(c["text"]), images=paths(c["images"]),
-                              stream=True, **kwargs))
+    chunks = list(fx.pipe("mlx")(text=copy.deepcopy(c["text"]), images=fx.paths(c["images"]),
+                                 stream=True, **kwargs))
     assert "".join(chunks) == c["outputs"][0]["generated_text"]
 
 
 # --- errors -------------------------------------------------------------------------------------
 
 
-def test_bad_inputs():
-    c = case("two_images")
+def test_bad_inputs(fx):
+    c, one, p = fx.case("two_images"), fx.case("one_image"), fx.pipe()
     with pytest.raises(PipelineError, match="more image parts"):
-        pipe()(text=c["text"], images=paths(c["images"][:1]), max_new_tokens=1)
+        p(text=c["text"], images=fx.paths(c["images"][:1]), max_new_tokens=1)
     with pytest.raises(PipelineError, match=r"one image per <\|image_pad\|>"):
-        pipe()(text="<|image_pad|><|image_pad|>Two", images=paths(c["images"][:1]),
-               max_new_tokens=1)
+        p(text="<|image_pad|><|image_pad|>Two", images=fx.paths(c["images"][:1]),
+          max_new_tokens=1)
     with pytest.raises(PipelineError, match="do_image_splitting is an Idefics3"):
-        pipe()(text=case("one_image")["text"], images=paths(case("one_image")["images"]),
-               max_new_tokens=1, do_image_splitting=False)
+        p(text=one["text"], images=fx.paths(one["images"]), max_new_tokens=1,
+          do_image_splitting=False)
     with pytest.raises(PipelineError, match="context is 512"):
-        pipe()(text="hello " * 600, max_new_tokens=1)
+        p(text="hello " * 600, max_new_tokens=1)
 
 
-def test_device_loop_refuses_mrope():
+def test_device_loop_refuses_mrope(fx):
     from transmuter.errors import InputError
 
-    gen = pipe().generator
-    config = pipe()._sanitize_parameters(max_new_tokens=2)[1]["config"]
+    gen = fx.pipe().generator
+    config = fx.pipe()._sanitize_parameters(max_new_tokens=2)[1]["config"]
     with pytest.raises(InputError, match="M-RoPE"):
         gen.check_device_loop(True, config)

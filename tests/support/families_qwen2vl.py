@@ -1,12 +1,15 @@
-"""Tiny Qwen2-VL fixture ``tests/fixtures/qwen2-vl``: a random Qwen2VLForConditionalGeneration
-shaped as Qwen/Qwen2-VL-2B-Instruct (14-pixel patches over 2 frames, 2 x 2 patch merger, a Qwen2
-text model with grouped KV heads and M-RoPE sections) but tiny, exported as the three graphs
-transformers.js loads for onnx-community/Qwen2-VL-2B-Instruct (its
-``Qwen2VLForConditionalGeneration``, models/qwen2_vl/modeling_qwen2_vl.js):
+"""Tiny Qwen2-VL fixtures ``tests/fixtures/qwen2-vl`` and ``tests/fixtures/qwen2.5-vl``: a random
+Qwen2VLForConditionalGeneration shaped as Qwen/Qwen2-VL-2B-Instruct (14-pixel patches over 2
+frames, 2 x 2 patch merger, a Qwen2 text model with grouped KV heads and M-RoPE sections), and a
+Qwen2_5_VLForConditionalGeneration (the same, with Qwen2.5-VL's windowed vision attention: a
+window of 56 pixels here, so the images span several, and its last block attending the whole
+image), both tiny, exported as the three graphs transformers.js loads for
+onnx-community/Qwen2-VL-2B-Instruct (its ``Qwen2VLForConditionalGeneration``,
+models/qwen2_vl/modeling_qwen2_vl.js; Qwen2.5-VL's subclass names the grid ``image_grid_thw``):
 
-- ``onnx/vision_encoder.onnx``: pixel_values [patches, 3 * 2 * 14 * 14], grid_thw [images, 3]
-  (int64) -> image_features [patches / 4, text hidden] (``get_image_features``, all images
-  concatenated);
+- ``onnx/vision_encoder.onnx``: pixel_values [patches, 3 * 2 * 14 * 14], grid_thw (Qwen2.5-VL:
+  image_grid_thw) [images, 3] (int64) -> image_features [patches / 4, text hidden]
+  (``get_image_features``, all images concatenated);
 - ``onnx/embed_tokens.onnx``: input_ids -> inputs_embeds;
 - ``onnx/decoder_model_merged.onnx``: inputs_embeds, attention_mask, position_ids [3, batch,
   sequence] (M-RoPE: temporal, height, width), past_key_values.{i}.key/value -> logits,
@@ -15,9 +18,11 @@ transformers.js loads for onnx-community/Qwen2-VL-2B-Instruct (its
 optimum-onnx has no Qwen2-VL export, so this script exports with ``torch.onnx.export``
 (TorchScript, ``dynamo=False``) as transformers.js' conversion does. Export-only rewrites, equal
 in value (record_qwen2vl.py checks every graph against the unpatched PyTorch model): the vision
-tower's per-image Python loops (rotary positions from grid_thw, attention split at cu_seqlens)
-are written over all patches at once, each patch's (row, column) computed from grid_thw and
-attention masked to its own frame; the decoder receives transformers' 4-D additive causal mask
+tower's per-image Python loops (rotary positions from grid_thw, attention split at cu_seqlens,
+Qwen2.5-VL's window reordering) are written over all patches at once in the processor's order,
+each patch's (row, column) computed from grid_thw and attention masked to its own frame (or its
+own window: the reordering only groups each window's patches for cu_seqlens, and attention with
+a mask does not depend on the order); the decoder receives transformers' 4-D additive causal mask
 built from attention_mask and the past length (the 2-D mask helpers do not trace).
 
 Tokenizer: a byte-level BPE (Qwen2TokenizerFast) trained on the shared corpus, with Qwen2-VL's
@@ -29,7 +34,7 @@ from the published template). Images: Qwen2-VL's real patch (14), temporal patch
 
 Usage (export environment):
 
-    ~/.cache/transmuter-tests/venv-export/bin/python tests/support/families_qwen2vl.py
+    ~/.cache/transmuter-tests/venv-export/bin/python tests/support/families_qwen2vl.py [name ...]
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ import torch  # noqa: E402
 import export_common as ec  # noqa: E402
 import families_text  # noqa: E402
 
-NAME = "qwen2-vl"
+NAMES = ("qwen2-vl", "qwen2.5-vl")
 OPSET = 17
+WINDOW = 56  # Qwen2.5-VL's window_size (112 in the real model): 2 x 2 merged patches
 PATCH, TEMPORAL, MERGE = 14, 2, 2
 LAYERS, HEADS, KV_HEADS, HEAD_DIM = 2, 4, 2, 8
 EXPORTER = "torch.onnx.export (TorchScript, dynamo=False), transformers.js layout"
@@ -97,15 +103,22 @@ def tokenizer(work: Path):
     return tok
 
 
-def model(tok):
-    """The seeded torch model (same weights on every call)."""
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+def model(tok, name):
+    """The seeded torch model of fixture ``name`` (same weights on every call)."""
+    import transformers
 
     ec.seed_everything()
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL + ADDED}
-    vision = {"depth": 2, "embed_dim": 32, "hidden_size": 32, "hidden_act": "quick_gelu",
-              "mlp_ratio": 2, "num_heads": 2, "in_channels": 3, "patch_size": PATCH,
-              "spatial_merge_size": MERGE, "temporal_patch_size": TEMPORAL}
+    vision = {"depth": 2, "hidden_size": 32, "num_heads": 2, "in_channels": 3,
+              "patch_size": PATCH, "spatial_merge_size": MERGE, "temporal_patch_size": TEMPORAL}
+    if name == "qwen2-vl":
+        config, cls = transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration
+        vision.update(embed_dim=32, hidden_act="quick_gelu", mlp_ratio=2)
+    else:
+        config, cls = (transformers.Qwen2_5_VLConfig,
+                       transformers.Qwen2_5_VLForConditionalGeneration)
+        vision.update(hidden_act="silu", intermediate_size=64, out_hidden_size=32,
+                      window_size=WINDOW, fullatt_block_indexes=[1], tokens_per_second=2)
     text = {"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64,
             "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
             "num_key_value_heads": KV_HEADS, "hidden_act": "silu",
@@ -113,13 +126,13 @@ def model(tok):
             "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]},
             "tie_word_embeddings": False, "bos_token_id": ids["<|endoftext|>"],
             "eos_token_id": ids["<|im_end|>"], "initializer_range": families_text.DECODER_INIT}
-    cfg = Qwen2VLConfig(text_config=text, vision_config=vision,
+    cfg = config(text_config=text, vision_config=vision,
                         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
                         vision_start_token_id=ids["<|vision_start|>"],
                         vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False)
     cfg._attn_implementation = "eager"
     cfg.vision_config._attn_implementation = cfg.text_config._attn_implementation = "eager"
-    m = Qwen2VLForConditionalGeneration(cfg).eval()
+    m = cls(cfg).eval()
     with torch.no_grad():  # the 0.02 init gives near-identical image features
         for p in m.model.visual.parameters():
             p.add_(torch.randn_like(p) * 0.2)
@@ -173,7 +186,8 @@ class VisionEncoder(torch.nn.Module):
         self.visual = m.model.visual
 
     def forward(self, pixel_values, grid_thw):
-        """Qwen2VisionTransformerPretrainedModel.forward with rot_pos_emb from patch_layout."""
+        """The vision tower's forward with rot_pos_emb from patch_layout and each block's
+        attention masked to its frame (Qwen2.5-VL's windowed blocks: to its window)."""
         visual = self.visual
         states = visual.patch_embed(pixel_values)
         row, col, frame = patch_layout(grid_thw, pixel_values.shape[0])
@@ -181,8 +195,13 @@ class VisionEncoder(torch.nn.Module):
         rotary = torch.cat([row.to(inv.dtype)[:, None] * inv, col.to(inv.dtype)[:, None] * inv], -1)
         emb = torch.cat((rotary, rotary), dim=-1)
         same = frame[:, None] == frame[None, :]
-        for blk in visual.blocks:
-            blk.attn._same_frame = same
+        full = getattr(visual, "fullatt_block_indexes", None)
+        if full is not None:  # Qwen2.5-VL: windows of (window_size / patch / merge)^2 merges
+            side = visual.window_size // visual.patch_size // MERGE
+            window = frame * 4096 + (row // MERGE // side) * 64 + col // MERGE // side
+            in_window = window[:, None] == window[None, :]
+        for i, blk in enumerate(visual.blocks):
+            blk.attn._same_frame = same if full is None or i in full else in_window
             states = blk(states, cu_seqlens=None, position_embeddings=(emb.cos(), emb.sin()))
         return visual.merger(states)
 
@@ -231,23 +250,27 @@ def past_names():
     return [f"past_key_values.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
 
 
-def export(m, out: Path):
-    from transformers.models.qwen2_vl import modeling_qwen2_vl as mq
+def grid_name(name):
+    """The vision encoder's grid input, as transformers.js names it per model class."""
+    return "grid_thw" if name == "qwen2-vl" else "image_grid_thw"
 
+
+def export(m, out: Path, name):
+    attention = type(m.model.visual.blocks[0].attn)
     out.mkdir(parents=True, exist_ok=True)
-    original = mq.VisionAttention.forward
-    mq.VisionAttention.forward = _attention_forward
+    original = attention.forward
+    attention.forward = _attention_forward
     try:
         grid = torch.tensor([[1, 4, 6], [1, 2, 2]])
         pv = torch.randn(int(grid.prod(-1).sum()), 3 * TEMPORAL * PATCH * PATCH)
         torch.onnx.export(VisionEncoder(m), (pv, grid), str(out / "vision_encoder.onnx"),
-                          input_names=["pixel_values", "grid_thw"],
+                          input_names=["pixel_values", grid_name(name)],
                           output_names=["image_features"], opset_version=OPSET, dynamo=False,
                           dynamic_axes={"pixel_values": {0: "num_patches"},
-                                        "grid_thw": {0: "num_images"},
+                                        grid_name(name): {0: "num_images"},
                                         "image_features": {0: "num_image_tokens"}})
     finally:
-        mq.VisionAttention.forward = original
+        attention.forward = original
     ids = torch.tensor([[1, 5, 9]])
     torch.onnx.export(EmbedTokens(m), (ids,), str(out / "embed_tokens.onnx"),
                       input_names=["input_ids"], output_names=["inputs_embeds"],
@@ -290,7 +313,7 @@ def images(d: Path):
     return paths
 
 
-def references(d: Path, tok):
+def references(d: Path, tok, name):
     """onnxruntime outputs of each graph (README's .npz layout)."""
     from PIL import Image
     from transformers import Qwen2VLImageProcessor
@@ -301,7 +324,7 @@ def references(d: Path, tok):
     onnx_dir = d / "onnx"
     vis = ec.encoder_reference(onnx_dir / "vision_encoder.onnx",
                                {"pixel_values": feed["pixel_values"].astype(np.float32),
-                                "grid_thw": feed["image_grid_thw"].astype(np.int64)})
+                                grid_name(name): feed["image_grid_thw"].astype(np.int64)})
     ec.save_reference(d / "references/vision_encoder.npz", vis)
     first = tok.encode("Hello world! This is")
     ids = np.array([first, first[::-1]])  # two rows of one length
@@ -337,9 +360,9 @@ def decoder_steps(path, embeds, embed_path, n_cached=3):
     return steps
 
 
-def build(d: Path, work: Path):
+def build(d: Path, work: Path, name):
     tok = tokenizer(work)
-    m = model(tok)
+    m = model(tok, name)
     tok.save_pretrained(d)
     m.config.save_pretrained(d)
     m.generation_config.save_pretrained(d)
@@ -351,24 +374,25 @@ def build(d: Path, work: Path):
     (d / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     (d / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2)
                                           + "\n")
-    export(m, d / "onnx")
+    export(m, d / "onnx", name)
     images(d)
-    references(d, tok)
+    references(d, tok, name)
     graphs = {f"onnx/{g}.onnx": {"reference": f"references/{g}.npz", "static_inputs": []}
               for g in ("vision_encoder", "embed_tokens", "decoder_model_merged")}
-    ec.write_manifest(d, NAME, "Qwen2VLForConditionalGeneration", "image-text-to-text", OPSET,
-                      graphs, exporter=EXPORTER)
+    ec.write_manifest(d, name, type(m).__name__, "image-text-to-text", OPSET, graphs,
+                      exporter=EXPORTER)
     ec.verify_fixture(d)
 
 
-def main():
+def main(names=NAMES):
     import tempfile
 
-    d = ec.reset_dir(ec.FIXTURES_ROOT / NAME)
-    with tempfile.TemporaryDirectory() as work:
-        build(d, Path(work))
-    print(f"{NAME}: {ec.dir_size(d) / 1e6:.2f} MB")
+    for name in names:
+        d = ec.reset_dir(ec.FIXTURES_ROOT / name)
+        with tempfile.TemporaryDirectory() as work:
+            build(d, Path(work), name)
+        print(f"{name}: {ec.dir_size(d) / 1e6:.2f} MB")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:] or NAMES)

@@ -1,5 +1,6 @@
-"""transformers' ``pipeline("image-text-to-text")`` references for the qwen2-vl fixture
-(families_qwen2vl.py), on the PyTorch model rebuilt with the fixture's own builder (same seed).
+"""transformers' ``pipeline("image-text-to-text")`` references for the qwen2-vl and qwen2.5-vl
+fixtures (families_qwen2vl.py), on the PyTorch model rebuilt with the fixture's own builder (same
+seed).
 
 First each committed graph is checked against the unpatched PyTorch model on its recorded
 reference inputs (vision_encoder vs ``get_image_features``, embed_tokens vs the embedding,
@@ -24,7 +25,7 @@ Writes, in the fixture's references/:
 
 Usage (export environment):
 
-    ~/.cache/transmuter-tests/venv-export/bin/python tests/support/record_qwen2vl.py
+    ~/.cache/transmuter-tests/venv-export/bin/python tests/support/record_qwen2vl.py [name ...]
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import families_qwen2vl as fq  # noqa: E402
 from record_image_text_to_text import chat, plain  # noqa: E402
 
 TASK = "image-text-to-text"
-FX = ec.FIXTURES_ROOT / fq.NAME
+NAME = FX = None  # the fixture being recorded: set by use()
 IMAGES = ["references/image_0.png", "references/image_1.png", "references/image_2.png"]
 REAL = {"min_pixels": 56 * 56, "max_pixels": 28 * 28 * 1280}  # Qwen2-VL-2B-Instruct's
 ROW_STRIDE = 8
@@ -90,8 +91,8 @@ def check_graphs(m):
     worst = {}
     with torch.no_grad():
         (ins, outs), = ec.load_reference(FX / "references/vision_encoder.npz")
-        got = torch.cat(m.model.get_image_features(torch.from_numpy(ins["pixel_values"]),
-                                                   torch.from_numpy(ins["grid_thw"])))
+        got = torch.cat(m.model.get_image_features(
+            torch.from_numpy(ins["pixel_values"]), torch.from_numpy(ins[fq.grid_name(NAME)])))
         worst["vision_encoder"] = np.abs(got.numpy() - outs["image_features"]).max()
         (ins, outs), = ec.load_reference(FX / "references/embed_tokens.npz")
         got = m.model.language_model.embed_tokens(torch.from_numpy(ins["input_ids"]))
@@ -165,7 +166,7 @@ def ort_greedy(m, proc, idx, text, max_new_tokens):
     if idx:
         grid = feed["image_grid_thw"].astype(np.int64)
         features = vision.run(None, {"pixel_values": feed["pixel_values"].astype(np.float32),
-                                     "grid_thw": grid})[0]
+                                     fq.grid_name(NAME): grid})[0]
         embeds[ids == m.config.image_token_id] = features
         grid = torch.from_numpy(grid)
     pos, _ = m.model.get_rope_index(torch.from_numpy(ids), grid)
@@ -257,16 +258,23 @@ def processor():
                       chat_template=fq.CHAT_TEMPLATE)
 
 
-def main():
+def use(name):
+    global NAME, FX
+    NAME, FX = name, ec.FIXTURES_ROOT / name
+
+
+def main(names=fq.NAMES):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(FX)
-    m = fq.model(tok)
-    check_graphs(m)
-    proc = processor()
-    record_processor(m, proc)
-    record_pipeline(m, proc)
+    for name in names:
+        use(name)
+        tok = AutoTokenizer.from_pretrained(FX)
+        m = fq.model(tok, name)
+        check_graphs(m)
+        proc = processor()
+        record_processor(m, proc)
+        record_pipeline(m, proc)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:] or fq.NAMES)

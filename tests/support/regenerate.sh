@@ -35,6 +35,7 @@ time "$EXPORT" tests/support/record_audio_pipelines.py  # audio pipeline referen
 time "$EXPORT" tests/support/record_whisper_prompts.py  # Whisper prompts on real configs
 time "$EXPORT" tests/support/families_audio_whisper_split.py  # whisper-split: the whisper model, decoder_model + decoder_with_past_model
 time "$EXPORT" tests/support/record_whisper_fallback.py  # Whisper temperature fallback / no-speech / condition_on_prev_tokens on long.flac
+time "$EXPORT" tests/support/record_whisper_longform_words.py  # word timestamps over sequential long-form decoding (whisper-timestamped)
 time "$EXPORT" tests/support/record_tts.py  # text-to-speech waveforms in full: rebuilds vits / speecht5 above
 time "$EXPORT" tests/support/record_tts_tokenizers.py  # VitsTokenizer / SpeechT5Tokenizer ids
 time "$EXPORT" tests/support/families_audio_more.py  # wav2vec2-classifier, hubert-ctc (wav2vec2's vocab, the cases above)
@@ -46,7 +47,7 @@ time "$EXPORT" tests/support/families_florence2.py  # florence2: DaViT + BART, v
 time "$EXPORT" tests/support/record_florence2.py  # its generate / post_process_generation references (rebuilds the model)
 time "$EXPORT" tests/support/families_idefics3.py  # idefics3: SmolVLM-shaped, vision_encoder + embed_tokens + decoder_model_merged (torch.onnx)
 time "$EXPORT" tests/support/record_image_text_to_text.py  # image-text-to-text pipeline cases and Idefics3Processor outputs
-time "$EXPORT" tests/support/families_qwen2vl.py  # qwen2-vl: vision_encoder (grid_thw) + embed_tokens + decoder_model_merged (M-RoPE), torch.onnx
+time "$EXPORT" tests/support/families_qwen2vl.py  # qwen2-vl, qwen2.5-vl: vision_encoder (grid) + embed_tokens + decoder_model_merged (M-RoPE), torch.onnx
 time "$EXPORT" tests/support/record_qwen2vl.py  # its processor, get_rope_index and pipeline cases (onnxruntime greedy checked equal)
 time "$EXPORT" tests/support/families_vision_more.py
 time "$EXPORT" tests/support/families_vision_owl.py

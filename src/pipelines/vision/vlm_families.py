@@ -74,7 +74,10 @@ class Qwen2VL:
 
     def features(self, run, vision):
         pixels, grids = vision
-        return np.asarray(run({"pixel_values": pixels, "grid_thw": grids})["image_features"])
+        # transformers.js' Qwen2VL names the grid grid_thw, its Qwen2_5_VL image_grid_thw
+        names = {v.name for v in run.model.inputs}
+        grid = "image_grid_thw" if "image_grid_thw" in names else "grid_thw"
+        return np.asarray(run({"pixel_values": pixels, grid: grids})["image_features"])
 
     def positions(self, ids, vision):
         return rope_index(ids, None if vision is None else vision[1], self.image_token_id,
