@@ -41,6 +41,8 @@ SLOW_TESTS = {
     "[object-detection-deformable-detr-jax]",
     "tests/test_pipelines_detection.py::test_matches_recorded_pipeline[jax]",
     "tests/test_pipelines_florence2.py::test_generate_matches_transformers[jax]",
+    "tests/test_pipelines_maskformer.py::test_matches_transformers[mask2former-jax]",
+    "tests/test_pipelines_maskformer.py::test_matches_transformers[maskformer-jax]",
 }
 SLOW_FILES = {"tests/test_ray.py"}
 
