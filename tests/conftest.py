@@ -31,6 +31,9 @@ SLOW_TESTS = {
     "tests/test_whisper_fallback.py::test_matches_transformers"
     "[condition_on_prev_tokens_beams-jax]",
     "tests/test_whisper_fallback.py::test_matches_transformers[fallback_to_greedy_again-jax]",
+    "tests/test_whisper_longform_words.py::test_matches_transformers[longform_words-jax]",
+    "tests/test_whisper_longform_words.py::test_matches_transformers"
+    "[longform_words_condition_on_prev_tokens-jax]",
     "tests/test_pipelines_qwen2vl.py::test_matches_recorded_pipeline[qwen2-vl-jax]",
     "tests/test_pipelines_qwen2vl.py::test_matches_recorded_pipeline[qwen2.5-vl-jax]",
     "tests/test_pipelines_image_text_to_text.py::test_matches_recorded_pipeline[jax]",

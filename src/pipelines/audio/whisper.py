@@ -128,10 +128,6 @@ class Head:
         features = [c["audio"]["input_features"] for c in chunks]
         frames = [f.shape[-1] for f in features]
         window = self.num_segment_frames
-        if max(frames) > window and words:
-            raise PipelineError("Word timestamps over Whisper's sequential long-form decoding "
-                                "are not run yet: pass chunk_length_s to cut the recording "
-                                "into windows")
         if max(frames) > window and not timestamps:
             raise PipelineError(
                 f"The recording is past Whisper's {window} frames (its long-form transcription "
@@ -157,7 +153,7 @@ class Head:
                                                            encoded, processors, fallback)
             if words:
                 times = self._token_times([chunks[b] for b in rows], window_prompts,
-                                          generated, encoded, config)
+                                          generated, encoded, config, [seek[b] for b in rows])
             ends = set(config.eos_token_id) | {config.pad_token_id}
             for i, (b, n, ids) in enumerate(zip(rows, spans, generated)):
                 condition[b] = fallback.condition_on_prev_tokens and (used[i] is None or
@@ -178,7 +174,7 @@ class Head:
                 o["token_timestamps"] = np.concatenate(parts)[None].astype(np.float32)
         return out
 
-    def _token_times(self, chunks, prompts, generated, encoded, config):
+    def _token_times(self, chunks, prompts, generated, encoded, config, seeks):
         """Each row's token times from the decoder's cross-attentions (whisper_words.py), as
         transformers' ``_extract_token_timestamps`` takes them: the prompt and the generated
         tokens but the last fed again in one teacher-forced call (the same attention rows as
@@ -187,7 +183,10 @@ class Head:
         from .whisper_words import token_timestamps
 
         fe = self.pipe.feature_extractor
-        frames = [min(-(-c["samples"] // fe.hop_length), fe.nb_max_frames) for c in chunks]
+        # the frames left from the window's start (generate's num_frames - seek), at most one
+        # window's: the attention is cut to half of them
+        frames = [min(-(-c["samples"] // fe.hop_length) - s, fe.nb_max_frames)
+                  for c, s in zip(chunks, seeks)]
         beams = config.num_beams > 1
         steps = max(len(g) for g in generated)
         sequences = [p + (g if beams else g + [config.pad_token_id] * (steps - len(g)))
