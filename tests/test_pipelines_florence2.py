@@ -1,7 +1,8 @@
 """Florence-2 in image-to-text (pipelines/vision/florence2.py, florence2_parse.py) against
 transformers 4.57.6 on the PyTorch model (tests/fixtures/florence2/references/
 pipeline_florence2.json, tests/support/record_florence2.py): Florence2Processor's prompt ids per
-task token, ``generate``'s ids and text (greedy and the repo's beam 3), and
+task token (also with the real Florence-2-base tokenizer of ../shared/hub-files, skipped when
+absent), ``generate``'s ids and text (greedy and the repo's beam 3), and
 ``post_process_generation``'s answer, on JAX and MLX; the parser alone on hand-written
 generations for every answer type; a batch equals one by one; bad options are clear errors.
 
@@ -18,6 +19,7 @@ import transmuter
 from transmuter.errors import InputError
 from transmuter.pipelines import PipelineError
 from transmuter.pipelines.vision import florence2_parse
+from transmuter.pipelines.vision.florence2 import prompt_ids
 
 from .fixtures import ROOT
 
@@ -26,6 +28,7 @@ pytest.importorskip("skimage", reason="the test images are scikit-image's sample
 FIXTURE = ROOT / "florence2"
 RECORD = json.loads((FIXTURE / "references/pipeline_florence2.json").read_text())
 PARSE_CONFIG = json.loads((FIXTURE / "processor_config.json").read_text())["post_processor_config"]
+REAL = ROOT.parents[2] / "shared/hub-files/onnx-community/Florence-2-base"
 _PIPES = {}
 
 
@@ -53,11 +56,39 @@ def test_parser_matches_post_process_generation(case):
     assert got == case["parsed"]
 
 
+def test_default_parse_config_is_the_converters():
+    """A repo without post_processor_config (onnx-community's) bans the converter's phrases."""
+    for case in RECORD["parse"]:
+        got = florence2_parse.post_process_generation(case["text"], case["task"],
+                                                      tuple(case["image_size"]))
+        assert got == case["parsed"]
+
+
+@pytest.fixture(scope="module")
+def real_tokenizer():
+    from transmuter.preprocess.tokenizer import Tokenizer
+
+    if not (REAL / "tokenizer.json").exists():
+        pytest.skip(f"{REAL} is absent (the real Florence-2-base tokenizer files)")
+    return Tokenizer.from_repo(str(REAL))
+
+
+def test_real_tokenizer_prompts_are_florence2_processors(real_tokenizer):
+    for case in RECORD["real_tokenizer"]["prompts"]:
+        assert prompt_ids(real_tokenizer, case["task"], case["text"]) == case["ids"], case
+
+
+def test_real_tokenizer_decodes_as_transformers(real_tokenizer):
+    for case in RECORD["real_tokenizer"]["decode"]:
+        assert real_tokenizer.decode(case["ids"], skip_special_tokens=False) == case["text"]
+
+
 def test_prompts_are_florence2_processors():
     p = pipe()
     for case in RECORD["generate"]:
         pre, _, _ = p._sanitize_parameters(task=case["task"], text=case["text"])
         assert pre["prompt_ids"] == case["prompt_ids"], case["task"]
+        assert prompt_ids(p.tokenizer, case["task"], case["text"]) == case["prompt_ids"]
 
 
 @pytest.mark.parametrize("backend", ["jax", "mlx"])

@@ -9,6 +9,9 @@
   encoder_model -> decoder_model_merged): the ORT loop here is plain argmax, so it must equal
   ``generate`` run without the forced bos / eos and no-repeat processors (``ort_greedy``;
   the script stops if it does not).
+- ``real_tokenizer``: with the real Florence-2-base tokenizer files (read from
+  ../shared/hub-files), every task token's prompt ids and the decoding of the hand-written
+  generations below.
 - ``parse``: post_process_generation on hand-written generation strings (a random model's text
   is gibberish) for every answer type, at image sizes whose bin centres fall near integers.
 
@@ -72,6 +75,11 @@ PARSE_CASES = [
     ("<REGION_TO_CATEGORY>", "</s><s>car<loc_52><loc_333><loc_932><loc_774></s>"),
     ("free prompt", "</s><s>anything<loc_1></s>"),
 ]
+PROMPT_TASKS = ["<OCR>", "<OCR_WITH_REGION>", "<CAPTION>", "<DETAILED_CAPTION>",
+                "<MORE_DETAILED_CAPTION>", "<OD>", "<DENSE_REGION_CAPTION>", "<REGION_PROPOSAL>",
+                "<CAPTION_TO_PHRASE_GROUNDING>", "<REFERRING_EXPRESSION_SEGMENTATION>",
+                "<REGION_TO_SEGMENTATION>", "<OPEN_VOCABULARY_DETECTION>", "<REGION_TO_CATEGORY>",
+                "<REGION_TO_DESCRIPTION>", "<REGION_TO_OCR>"]
 SIZES = [(640, 480), (451, 300), (1000, 1000), (333, 777), (10, 7)]
 
 
@@ -146,6 +154,30 @@ def parse_cases(proc):
     return out
 
 
+def real_tokenizer_cases(proc):
+    """The real Florence-2-base tokenizer (../shared/hub-files, read, not copied): each task's
+    prompt ids (Florence2Processor's prompt table and tokenization) and the decoding, special
+    tokens kept, of the hand-written generations."""
+    from transformers import BartTokenizerFast
+
+    tok = BartTokenizerFast.from_pretrained(ff.HUB)
+    prompts = []
+    for task in [*PROMPT_TASKS, "a free prompt"]:
+        for text in (None, "a green car", "<loc_100><loc_200><loc_300><loc_400>"):
+            if text is not None and task not in proc.task_prompts_with_input:
+                continue
+            if text is None and task in proc.task_prompts_with_input:
+                continue
+            prompt = proc._construct_prompts([task + (text or "")])[0]
+            ids = tok(f"<s>{prompt}</s>", add_special_tokens=False)["input_ids"]
+            prompts.append({"task": task, "text": text, "ids": ids})
+    decoded = []
+    for _, text in PARSE_CASES:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        decoded.append({"ids": ids, "text": tok.decode(ids, skip_special_tokens=False)})
+    return {"prompts": prompts, "decode": decoded}
+
+
 def main():
     import tempfile
 
@@ -154,7 +186,7 @@ def main():
     proc = processor()
     record = {"transformers": __import__("transformers").__version__,
               "max_new_tokens": NEW_TOKENS, "generate": generate_cases(m, proc),
-              "parse": parse_cases(proc)}
+              "parse": parse_cases(proc), "real_tokenizer": real_tokenizer_cases(proc)}
     path = FIXTURE / "references/pipeline_florence2.json"
     path.write_text(json.dumps(ec.to_jsonable(record), indent=1, ensure_ascii=False) + "\n")
     print(f"{path}: {len(record['generate'])} generate cases, {len(record['parse'])} parse cases")

@@ -69,11 +69,8 @@ class Florence2Pipeline(ImageToTextPipeline):
                                 f"{', '.join(florence2_parse.PROMPTS_WITH_INPUT)}")
         if task in florence2_parse.PROMPTS_WITH_INPUT and not text:
             raise PipelineError(f"The task {task} needs text= (e.g. a phrase or region)")
-        prompt = florence2_parse.task_prompt(task, text)
         _, forward, _ = super()._sanitize_parameters(**options)
-        tok = self.tokenizer
-        ids = tok.encode(f"{tok.bos_token}{prompt}{tok.eos_token}", add_special_tokens=False).ids
-        return {"prompt_ids": ids}, forward, {"task": task}
+        return {"prompt_ids": prompt_ids(self.tokenizer, task, text)}, forward, {"task": task}
 
     def preprocess(self, image, prompt_ids):
         yield dict(self.features(image), prompt_ids=prompt_ids)
@@ -111,6 +108,14 @@ class Florence2Pipeline(ImageToTextPipeline):
                                                              self.parse_config)
             records.append({"generated_text": text, **answer})
         return records
+
+
+def prompt_ids(tokenizer, task, text=None):
+    """The encoder prompt's ids: the task's prompt between <s> and </s>, tokenized without
+    added special tokens (Florence2Processor.__call__)."""
+    prompt = florence2_parse.task_prompt(task, text)
+    return tokenizer.encode(f"{tokenizer.bos_token}{prompt}{tokenizer.eos_token}",
+                            add_special_tokens=False).ids
 
 
 class TokenEmbedder:

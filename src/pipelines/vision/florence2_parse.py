@@ -9,7 +9,8 @@ generated text (decoded with its special tokens) becomes the task's answer, loca
 
 Coordinates are integers, as transformers gives them (bin centre in float32, then truncated);
 ``config`` is processor_config.json's ``post_processor_config`` (the phrase-grounding banned
-phrases; its ocr pattern is read by transformers under the key "PATTERN" only).
+phrases; its ocr pattern is read by transformers under the key "PATTERN" only); without one, the
+banned phrases are BANNED_GROUNDING.
 """
 
 import re
@@ -55,6 +56,21 @@ PROMPTS_WITH_INPUT = {  # task_prompts_with_input
     "<REGION_TO_DESCRIPTION>": "What does the region {input} describe?",
     "<REGION_TO_OCR>": "What text is in the region {input}?",
 }
+# The phrase-grounding phrases transformers' convert_florence2_original_pytorch_to_hf.py writes
+# into post_processor_config (the remote-code processor's black list): used for a repo whose
+# processor_config.json has none (onnx-community's, made from the remote-code processor).
+BANNED_GROUNDING = [
+    "it", "I", "me", "mine", "you", "your", "yours", "he", "him", "his", "she", "her", "hers",
+    "they", "them", "their", "theirs", "one", "oneself", "we", "us", "our", "ours", "you", "your",
+    "yours", "they", "them", "their", "theirs", "mine", "yours", "his", "hers", "its", "ours",
+    "yours", "theirs", "myself", "yourself", "himself", "herself", "itself", "ourselves",
+    "yourselves", "themselves", "this", "that", "these", "those", "who", "whom", "whose", "which",
+    "what", "who", "whom", "whose", "which", "that", "all", "another", "any", "anybody", "anyone",
+    "anything", "each", "everybody", "everyone", "everything", "few", "many", "nobody", "none",
+    "one", "several", "some", "somebody", "someone", "something", "each other", "one another",
+    "myself", "yourself", "himself", "herself", "itself", "ourselves", "yourselves", "themselves",
+    "the image", "image", "images", "the", "a", "an", "a group", "other objects", "lots", "a set",
+]
 BINS = 1000
 _LOC = r"<loc_(\d+)>"
 _QUAD = r"(.+?)" + _LOC * 8
@@ -81,7 +97,7 @@ def task_prompt(task, text=None):
 def post_process_generation(text, task, image_size, config=None):
     """``{task: answer}`` for the generated ``text``; ``image_size`` is (width, height)."""
     kind = ANSWER_TYPES.get(task, "pure_text")
-    config = config or {}
+    config = config or {"phrase_grounding": {"banned_grounding_tokens": BANNED_GROUNDING}}
     if kind == "pure_text":  # the one answer that keeps <pad> (transformers strips <s>, </s>)
         return {task: text.replace("<s>", "").replace("</s>", "").strip()}
     text = text.replace("<s>", "").replace("</s>", "").replace("<pad>", "")
