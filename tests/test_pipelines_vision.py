@@ -96,7 +96,23 @@ def test_matches_recorded_pipeline(fixture, task, backend):
     for kwargs, outputs in calls(ref):
         for i, (image, want) in enumerate(zip(images(fixture, ref), outputs)):
             got = summarised(p(image, **kwargs))
+            if task == "depth-estimation":
+                got = depth_within_a_level(got, want)
             assert_close(got, want, TOL, where=f"{kwargs} image {i}")
+
+
+def depth_within_a_level(got, want):
+    """``got`` with its 8-bit ``depth`` image's summary taken as ``want``'s once it is within the
+    tolerance truncation forces: transformers makes it as ``(predicted_depth * 255 /
+    max).astype(uint8)``, so a pixel whose value lies within float noise (predicted_depth agrees
+    to 1e-4) of an integer lands on either side of it: one level off (issue 13's ±1). Flips are
+    rare, so the sum may differ by one level on at most 0.1% of the pixels; an image off
+    everywhere (a wrong scale, rounding instead of truncating) differs by far more."""
+    g, w = got["depth"]["pil_image"], want["depth"]["pil_image"]
+    assert (g["mode"], g["size"]) == (w["mode"], w["size"]), (g, w)
+    pixels = w["size"][0] * w["size"][1]
+    assert abs(g["sum"] - w["sum"]) <= max(1, pixels // 1000), (g["sum"], w["sum"], pixels)
+    return {**got, "depth": want["depth"]}
 
 
 @pytest.mark.parametrize("fixture,task", [c for c in CASES if c not in PENDING],
