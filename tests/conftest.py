@@ -43,6 +43,9 @@ SLOW_TESTS = {
     "tests/test_pipelines_vision.py::test_matches_recorded_pipeline"
     "[object-detection-deformable-detr-jax]",
     "tests/test_pipelines_detection.py::test_matches_recorded_pipeline[jax]",
+    "tests/test_pipelines_vision.py::test_batch_equals_one_by_one[object-detection-conditional-detr]",
+    "tests/test_pipelines_vision.py::test_batch_equals_one_by_one[object-detection-deformable-detr]",
+    "tests/test_pipelines_detection.py::test_exact_boxes_are_post_process_object_detection[jax]",
     "tests/test_pipelines_florence2.py::test_generate_matches_transformers[jax]",
     "tests/test_pipelines_maskformer.py::test_matches_transformers[mask2former-jax]",
     "tests/test_pipelines_maskformer.py::test_matches_transformers[maskformer-jax]",
