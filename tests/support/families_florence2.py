@@ -348,7 +348,7 @@ def references(d: Path, proc):
                       decoder_steps(onnx_dir, states, mask))
 
 
-def decoder_steps(onnx_dir, states, mask, n_cached=3):
+def decoder_steps(onnx_dir, states, mask, n_cached=1):
     """The first step (use_cache_branch False, empty past) from </s>, then ``n_cached`` greedy
     steps of one token."""
     sess = ec.ort_session(onnx_dir / "decoder_model_merged.onnx")
