@@ -8,8 +8,8 @@ As transformers.js 4.3 (src/pipelines/image-segmentation.js with no subtask, the
 background-removal.js): the graph's first output for the image ([1, H, W]); a sigmoid when any
 value lies outside [-1e-5, 1 + 1e-5] (BiRefNet gives logits, RMBG-1.4 and MODNet probabilities);
 times 255 in float32, truncated to uint8; resized to the input's size with transformers.js' Node
-resize (sharp's affine bilinear, preprocess/image_resize_sharp.py); put as the alpha of the RGB(A)
-input. The graph's single input is fed the processor's pixel_values whatever its name
+resize (sharp's affine bilinear, preprocess/image_resize_sharp.py); put as the alpha of the input's
+RGB (an RGBA input's alpha is replaced). The graph's single input is fed the processor's pixel_values whatever its name
 (RMBG-1.4's and MODNet's is ``input``).
 """
 
@@ -30,8 +30,8 @@ class BackgroundRemovalPipeline(VisionPipeline):
     def __init__(self, model, config=None, **kwargs):
         names = [v.name for v in model.inputs]
         if "pixel_values" not in names and len(names) != 1:
-            raise PipelineError(f"{self.task} feeds one image input (pixel_values, or a graph's only "
-                                f"input); this graph takes {names}")
+            raise PipelineError(f"{self.task} feeds one image input (pixel_values, or a graph's "
+                                f"only input); this graph takes {names}")
         self.input_name = "pixel_values" if "pixel_values" in names else names[0]
         super().__init__(model, config, **kwargs)
 
@@ -42,13 +42,13 @@ class BackgroundRemovalPipeline(VisionPipeline):
         return {}, {}, {"return_mask": return_mask}
 
     def features(self, image):
-        """The processed features, and the RGB(A) pixels the cut-out is made of."""
+        """The processed features, and the RGB pixels the cut-out is made of (load_image drops an
+        alpha channel without compositing: an RGBA input keeps its RGB and gets the mask as its
+        alpha, as transformers.js' putAlpha replaces it)."""
         from ...preprocess.image import load_image
 
         loaded = load_image(image)
-        chunk = {"image": self.image_processor(loaded)}
-        chunk["cutout_source"] = loaded if loaded.mode == "RGBA" else loaded.convert("RGB")
-        return chunk
+        return {"image": self.image_processor(loaded), "cutout_source": loaded}
 
     def _feed(self, chunks):
         """pixel_values under the graph's input name, spare rows copied from the first."""
