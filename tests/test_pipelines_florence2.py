@@ -132,6 +132,8 @@ def test_references_can_fail():
     ({"prompt": "<OD>"}, "task="),
     ({"task": 3}, "strings"),
     ({"task": "<OD>", "num_beam": 2}, "num_beam"),
+    ({"task": "<CAPTION_TO_PHRASE_GROUNDING>", "text": "a cat " * 40}, "encoder's 64 positions"),
+    ({"task": "<OD>"}, "context"),  # the default 256 new tokens past the tiny decoder's 64
 ])
 def test_bad_options_are_clear_errors(kwargs, match):
     with pytest.raises((InputError, PipelineError), match=match):

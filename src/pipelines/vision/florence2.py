@@ -86,7 +86,7 @@ class Florence2Pipeline(ImageToTextPipeline):
         vision = self._run_model({"pixel_values": feed["pixel_values"].astype(np.float32)},
                                  self.vision)
         features = next(iter(vision.values()))[:n].astype(np.float32)
-        width = max(next_pow2(max(len(c["prompt_ids"]) for c in chunks)), MIN_PROMPT_WIDTH)
+        width = self._prompt_width(max(len(c["prompt_ids"]) for c in chunks), features.shape[1])
         ids = np.full((n, width), self.tokenizer.pad_token_id, np.int64)
         mask = np.ones((n, features.shape[1] + width), np.int64)
         for b, c in enumerate(chunks):
@@ -94,6 +94,20 @@ class Florence2Pipeline(ImageToTextPipeline):
             mask[b, features.shape[1] + len(c["prompt_ids"]):] = 0
         embeds = np.concatenate([features, self.embed.ids(ids)], axis=1)
         return self.generator.encode({"inputs_embeds": embeds, "attention_mask": mask}, mask)
+
+    def _prompt_width(self, longest, image_tokens):
+        """The padded prompt width: a power of two, within the encoder's positions (BART's
+        learned positions: an index past them would be clamped, not refused, by a gather)."""
+        text = dict(self.config.get("text_config") or {})
+        limit = text.get("max_position_embeddings") or self.config.get("max_position_embeddings")
+        width = max(next_pow2(longest), MIN_PROMPT_WIDTH)
+        if limit is None:
+            return width
+        if image_tokens + longest > int(limit):
+            raise PipelineError(f"The prompt is {longest} tokens: with the image's "
+                                f"{image_tokens} it passes the encoder's {limit} positions; "
+                                "give a shorter text=")
+        return min(width, int(limit) - image_tokens)
 
     def _forward_group(self, chunks, config):
         out = super()._forward_group(chunks, config)
