@@ -6,7 +6,7 @@ tests/support/record_whisper_fallback.py).
 Compared: the outputs (texts identical, timestamps within 1e-4 as every audio case), and each
 window's decision, in order: its ids, (needs_fallback, should_skip), the compression ratio
 (exact: the same bytes through zlib), the mean log-probability within 1e-4 (float32 logits of
-another kernel order, ~1e-6 seen), the no-speech probability within 1e-7 relative 1e-3 (the
+another kernel order, ~1e-6 seen; with beams, along the beam each token came from), the no-speech probability within 1e-7 relative 1e-3 (the
 threshold sits 2e-3 from the nearest recorded value: the same side or the test fails). A case
 with sampled passes (torch's random draws are not reproduced) is compared up to its first
 sampled pass.

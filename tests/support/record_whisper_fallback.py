@@ -33,6 +33,8 @@ CASES = [
     ("condition_on_prev_tokens", {**EN, "condition_on_prev_tokens": True, "temperature": 0.0}),
     ("condition_on_prev_tokens_beams", {**EN, "num_beams": 2, "condition_on_prev_tokens": True,
                                         "temperature": 0.0}),
+    ("beams_logprob_threshold", {**EN, "num_beams": 2, "temperature": 0.0, "logprob_threshold": -1.0,
+                                 "no_speech_threshold": 0.000395}),
     ("no_speech_skip", {**EN, "temperature": 0.0, "logprob_threshold": 0.0,
                         "no_speech_threshold": 0.000395}),
     ("thresholds_not_reached", {**EN, "temperature": (0.0, 0.2), "compression_ratio_threshold": 10.0,
@@ -47,6 +49,7 @@ NOTES = [
     "0.000396, relative gap ~2e-3), so some windows are skipped and some kept",
     "fallback_to_greedy_again: every window's mean log-probability is under -1, so each falls back, to a "
     "second greedy pass (temperature 0.0 again): the fallback path, deterministic",
+    "beams_logprob_threshold: with beams the mean log-probability is the best beam's sequences_scores",
     "fallback_sampled: the first window falls back to sampling at 0.2 (torch's random draws): only the first "
     "decision (temperature 0.0) is deterministic",
 ]

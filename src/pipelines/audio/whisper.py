@@ -231,17 +231,13 @@ class Head:
                                 padding=encoded.padding[:len(items)])
 
     def _generate(self, prompts, config, encoded, processors):
-        """Each row's new tokens (eos included when generated), and with beams the best beam's
-        score (else None)."""
+        """Each row's new tokens (eos included when generated)."""
         gen = self.generator
-        scores = None
         if config.num_beams > 1:
-            sequences, beam_scores = gen.beam_search(prompts, config, encoded, processors)
-            new = [seqs[0] for seqs in sequences]
-            scores = [float(s[0]) for s in beam_scores]
+            new = [seqs[0] for seqs in gen.beam_search(prompts, config, encoded, processors)[0]]
         else:
             new = gen.generate(prompts, config, encoded, processors=processors)
-        return [[int(i) for i in ids] for ids in new], scores
+        return [[int(i) for i in ids] for ids in new]
 
     def _check_length(self, prompt, config):
         limit = self.config.get("max_target_positions")

@@ -7,9 +7,9 @@
   ``do_sample`` is ``temperature > 0`` whatever the call's do_sample says;
 - ``compression_ratio_threshold``: the window's ids (eos included) as bytes compress by zlib
   less than this, or it falls back (``_retrieve_compression_ratio``);
-- ``logprob_threshold``: the mean log-probability of its tokens (eos included; the beam score
-  with beams) under the processed scores is at least this, or it falls back
-  (``_retrieve_avg_logprobs``);
+- ``logprob_threshold``: the mean log-probability of its tokens (eos included) under the
+  processed scores is at least this, or it falls back (``_retrieve_avg_logprobs``; with beams,
+  the scores of the beam each token came from, renormalized, as its ``beam_indices`` pick them);
 - ``no_speech_threshold`` (with logprob_threshold): a window whose mean log-probability is
   under logprob_threshold and whose ``<|nocaptions|>`` probability after
   ``<|startoftranscript|>`` is over this is silence: skipped, nothing kept
@@ -167,19 +167,17 @@ def generate_with_fallback(head, prompts, config, encoded, processors, fallback)
     todo = list(range(rows))
     for k, temperature in enumerate(fallback.temperatures):
         step = fallback.config_at(config, temperature)
-        record = Recorder() if fallback.scores_needed and step.num_beams == 1 else None
+        record = Recorder() if fallback.scores_needed else None
         part = encoded._replace(states=encoded.states[todo], padding=encoded.padding[todo],
                                 mask=None if encoded.mask is None else encoded.mask[todo])
-        got, beam_scores = head._generate([prompts[i] for i in todo], step, part,
-                                          [*processors, *([record] if record else [])])
+        got = head._generate([prompts[i] for i in todo], step, part,
+                             [*processors, *([record] if record else [])])
         again = []
         for j, i in enumerate(todo):
             logprob = None
-            if beam_scores is not None:
-                logprob = beam_scores[j]
-            elif record is not None:
-                logprob = mean_logprob([s[j] for s in record.steps], got[j], temperature,
-                                       step.top_k if step.do_sample else None)
+            if record is not None:
+                logprob = mean_logprob(record.rows(j, step.num_beams, prompts[i] + got[j]),
+                                       got[j], temperature, step.top_k if step.do_sample else None)
             need, skip[i] = fallback.decide(got[j], logprob, no_speech[i],
                                             int(head.config["vocab_size"]))
             ids[i], used[i] = got[j], temperature
@@ -200,21 +198,37 @@ def _no_speech(head, prompts, encoded):
     record = Recorder()
     one = GenerationConfig(max_new_tokens=1, eos_token_id=[], decoder_start_token_id=start)
     head.generator.generate(heads, one, encoded, processors=[record])
-    logits = record.steps[0].astype(np.float64)
+    logits = record.steps[0][0].astype(np.float64)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     return [float(p) for p in probs[:, head.no_timestamps - 1]]
 
 
 class Recorder:
-    """A processor that keeps each step's scores (the last of a pass's processors)."""
+    """A processor that keeps each step's scores and rows' ids (the last of a pass's
+    processors)."""
 
     def __init__(self):
         self.steps = []
 
     def __call__(self, xp, state, scores):
-        self.steps.append(np.array(scores, np.float32))
+        self.steps.append((np.array(scores, np.float32), np.array(state.ids),
+                           np.array(state.lengths)))
         return scores
+
+    def rows(self, b, beams, sequence):
+        """Input ``b``'s scores at each step of ``sequence`` (its prompt and new ids): with
+        beams, the row of the beam that held the sequence's prefix then (beams with one prefix
+        have the same scores)."""
+        out = []
+        for scores, ids, lengths in self.steps:
+            rows = range(b * beams, (b + 1) * beams)
+            row = next((r for r in rows if list(ids[r, :lengths[r]]) == sequence[:lengths[r]]),
+                       None)
+            if row is None:
+                break
+            out.append(scores[row])
+        return out
 
 
 def _number(x):
