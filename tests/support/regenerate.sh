@@ -36,6 +36,7 @@ time "$EXPORT" tests/support/record_whisper_prompts.py  # Whisper prompts on rea
 time "$EXPORT" tests/support/families_audio_whisper_split.py  # whisper-split: the whisper model, decoder_model + decoder_with_past_model
 time "$EXPORT" tests/support/record_whisper_fallback.py  # Whisper temperature fallback / no-speech / condition_on_prev_tokens on long.flac
 time "$EXPORT" tests/support/record_whisper_longform_words.py  # word timestamps over sequential long-form decoding (whisper-timestamped)
+time "$EXPORT" tests/support/families_text_split.py  # t5-split: the t5 model as decoder_model + decoder_with_past_model
 time "$EXPORT" tests/support/record_tts.py  # text-to-speech waveforms in full: rebuilds vits / speecht5 above
 time "$EXPORT" tests/support/record_tts_tokenizers.py  # VitsTokenizer / SpeechT5Tokenizer ids
 time "$EXPORT" tests/support/families_audio_more.py  # wav2vec2-classifier, hubert-ctc (wav2vec2's vocab, the cases above)

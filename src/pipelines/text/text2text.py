@@ -47,7 +47,8 @@ class Text2TextGenerationPipeline(TextPipeline):
 
     @staticmethod
     def onnx_component(repo):
-        return "decoder_model_merged"
+        """The merged decoder, else a split pair's decoder_model (hub.Repo.decoder_component)."""
+        return repo.decoder_component()
 
     def _input_kind(self):
         return "a string"
