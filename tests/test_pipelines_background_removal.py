@@ -1,6 +1,6 @@
 """background-removal against transformers.js' own BackgroundRemovalPipeline (recorded by
 tests/support/record_background_removal.mjs with transformers.js 4.3.2 / onnxruntime-node on the
-rmbg and rmbg-logits fixtures' ONNX files: references/cutout_*.png, transformers_js.json), on JAX
+rmbg, rmbg-logits and modnet fixtures' ONNX files: references/cutout_*.png, transformers_js.json), on JAX
 and MLX; its Node resize (sharp's affine bilinear, references/sharp_resize.json); a batch equals
 one by one; bad inputs and graphs are clear errors."""
 
@@ -18,7 +18,9 @@ from transmuter.preprocess.image_resize_sharp import sharp_bilinear
 from .fixtures import ROOT
 
 TASK = "background-removal"
-FIXTURES = ["rmbg", "rmbg-logits"]  # a graph ending in a sigmoid; one giving logits
+# a graph ending in a sigmoid; one giving logits; the first under a MODNet-style processor
+# (shortest_edge 48 to a multiple of 16, pad: each image at its own size)
+FIXTURES = ["rmbg", "rmbg-logits", "modnet"]
 # The cut-out's RGB is the input's bytes: equal. The mask is float32 probabilities * 255 truncated
 # to uint8: where XLA's float32 sums differ from onnxruntime's by ~1e-6, a value lying that close
 # to a whole level may truncate to the next one down. Measured: every pixel equal on both backends
@@ -105,6 +107,6 @@ def test_bad_options_and_graphs_are_clear_errors(tmp_path):
     (folder / "onnx" / "model.onnx").write_bytes((ROOT / "rmbg/onnx/model.onnx").read_bytes())
     (folder / "config.json").write_text((ROOT / "rmbg/config.json").read_text())
     config = json.loads((ROOT / "rmbg/preprocessor_config.json").read_text())
-    (folder / "preprocessor_config.json").write_text(json.dumps(dict(config, size={"shortest_edge": 64})))
-    with pytest.raises(InputError, match="shortest_edge"):
+    (folder / "preprocessor_config.json").write_text(json.dumps(dict(config, do_center_crop=True)))
+    with pytest.raises(InputError, match="do_center_crop"):
         transmuter.pipeline(TASK, folder)

@@ -8,6 +8,8 @@ preprocessor_config.json are briaai/RMBG-1.4's (scaled down to 64x64). The manif
   sigmoid (RMBG-1.4's and MODNet's graphs end in one).
 - ``rmbg-logits``: the same network without the final sigmoid (BiRefNet's exports give logits):
   transformers.js applies the sigmoid itself when a value lies outside [0, 1].
+- ``modnet``: the sigmoid network under a MODNet-style processor (resize by the shortest edge to
+  a multiple of 16, pad): every image runs at its own processed size.
 
 References: onnxruntime (references/model.npz) and, recorded afterwards by
 tests/support/record_background_removal.mjs, transformers.js' own pipeline on the images written
@@ -48,6 +50,14 @@ PREPROCESSOR = {"do_normalize": True, "do_pad": False, "do_rescale": True, "do_r
 CONFIGS = {True: {"architectures": ["BriaRMBG"], "in_ch": 3, "model_type": "isnet", "out_ch": 1,
                   "torch_dtype": "float32"},
            False: {"architectures": ["BiRefNet"], "model_type": "birefnet", "torch_dtype": "float32"}}
+# MODNet-style: resize by the shortest edge, rounded down to a multiple of size_divisibility (the
+# route transformers.js' generic processor takes for such configs); Xenova/modnet's own file was
+# not available here, so this is that route's shape, not a copy
+MODNET_PREPROCESSOR = {"do_normalize": True, "do_pad": True, "do_rescale": True, "do_resize": True,
+                       "image_mean": [0.5, 0.5, 0.5], "feature_extractor_type": "ImageFeatureExtractor",
+                       "image_std": [0.5, 0.5, 0.5], "resample": 2, "rescale_factor": 0.00392156862745098,
+                       "size": {"shortest_edge": 48}, "size_divisibility": 16}
+MODNET_CONFIG = {"architectures": ["MODNet"], "model_type": "modnet"}
 
 
 def _crop(name, rows, cols, step=1):
@@ -98,7 +108,7 @@ def pixel_values(image):
     return x.transpose(2, 0, 1)[None]
 
 
-def build(name, sigmoid):
+def build(name, sigmoid, preprocessor=PREPROCESSOR, config=None):
     fx = fva.fresh_fixture(name)
     fva.seed(0)
     model = TinySegmenter(sigmoid).eval()
@@ -110,8 +120,9 @@ def build(name, sigmoid):
                       output_names=["output"], opset_version=OPSET, dynamo=False,
                       dynamic_axes={"input": {0: "batch_size", 2: "height", 3: "width"},
                                     "output": {0: "batch_size", 2: "height", 3: "width"}})
-    fva.save_json(fx / "config.json", CONFIGS[sigmoid])
-    fva.save_json(fx / "preprocessor_config.json", PREPROCESSOR)
+    config = config or CONFIGS[sigmoid]
+    fva.save_json(fx / "config.json", config)
+    fva.save_json(fx / "preprocessor_config.json", preprocessor)
     images = write_images(fx)
     feeds = {"input": np.concatenate([pixel_values(im) for im in images])}
     ref = fva.reference_single(fx, "onnx/model.onnx", feeds)
@@ -132,8 +143,10 @@ def build(name, sigmoid):
                "are remote code transformers cannot build",
                f"output: {kind}",
                "preprocessor_config.json: briaai/RMBG-1.4's (ImageFeatureExtractor: resize to 64x64 bilinear, "
-               "rescale 1/255, mean 0.5, std 1), size scaled down from 1024",
-               f"config.json: model_type {CONFIGS[sigmoid]['model_type']!r}, one transformers.js 4.3.2 runs for "
+               "rescale 1/255, mean 0.5, std 1), size scaled down from 1024" if preprocessor is PREPROCESSOR else
+               "preprocessor_config.json: MODNet-style, written here (ImageFeatureExtractor: shortest_edge 48, "
+               "size_divisibility 16, do_pad, mean / std 0.5); the graph reference's inputs are 64x64",
+               f"config.json: model_type {config['model_type']!r}, one transformers.js 4.3.2 runs for "
                "background-removal (RMBG-1.4's own 'SegformerForSemanticSegmentation' it refuses)",
                "references/transformers_js.json and cutout_*.png: transformers.js' background-removal pipeline "
                "(tests/support/record_background_removal.mjs)"])
@@ -143,6 +156,7 @@ def build(name, sigmoid):
 BUILDERS = {
     "rmbg": lambda: build("rmbg", True),
     "rmbg-logits": lambda: build("rmbg-logits", False),
+    "modnet": lambda: build("modnet", True, MODNET_PREPROCESSOR, MODNET_CONFIG),
 }
 
 

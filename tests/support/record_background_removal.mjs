@@ -1,4 +1,4 @@
-// References of the rmbg / rmbg-logits fixtures (tests/test_pipelines_background_removal.py):
+// References of the rmbg / rmbg-logits / modnet fixtures (tests/test_pipelines_background_removal.py):
 // transformers.js' own background-removal pipeline (BackgroundRemovalPipeline over
 // ImageSegmentationPipeline, onnxruntime-node, sharp) on the fixture's ONNX file and
 // references/image_*.png, written by tests/support/families_background_removal.py.
@@ -50,7 +50,7 @@ function summary(image) {
     };
 }
 
-for (const name of ['rmbg', 'rmbg-logits']) {
+for (const name of ['rmbg', 'rmbg-logits', 'modnet']) {
     const refs = path.join(fixtures, name, 'references');
     const pipe = await pipeline('background-removal', name, { dtype: 'fp32', device: 'cpu' });
     const images = readdirSync(refs).filter((f) => /^image_\d+\.png$/.test(f)).sort();
@@ -80,7 +80,7 @@ for (const [W, H, C] of [[17, 13, 1], [31, 23, 3]]) {
         state = (state * 1103515245 + 12345) % 2147483648;
         data[i] = (state >> 8) % 256;
     }
-    for (const [w, h] of [[34, 26], [40, 9], [8, 6], [W, 30], [12, 19]]) {
+    for (const [w, h] of [[34, 26], [40, 9], [8, 6], [W, 30], [12, 19], [W - 2, H - 2]]) {
         const out = await new RawImage(data, W, H, C).resize(w, h, { resample: 2 });
         cases.push({ source: { width: W, height: H, channels: C, data: Array.from(data) },
                      width: out.width, height: out.height, channels: out.channels, data: Array.from(out.data) });
