@@ -63,7 +63,7 @@ time "$EXPORT" tests/support/record_sam.py  # its prompt-mode (SamProcessor) and
 time "$EXPORT" tests/support/families_vision_rtdetr.py
 time "$EXPORT" tests/support/families_vision_dfine.py  # d-fine: optimum export, photo references
 time "$EXPORT" tests/support/families_vision_detr_variants.py  # conditional-detr, deformable-detr: torch.onnx
-time "$EXPORT" tests/support/families_background_removal.py  # rmbg, rmbg-logits: torch.onnx, RMBG-1.4's names
+time "$EXPORT" tests/support/families_background_removal.py  # rmbg, rmbg-logits, modnet: torch.onnx, RMBG-1.4's names
 # their transformers.js references (npm install --ignore-scripts @huggingface/transformers@4.3.2 into
 # $TRANSFORMERS_JS, outside the repo: see the script's header)
 time env TRANSFORMERS_JS="${TRANSFORMERS_JS:-$VENVS/transformers-js}" node tests/support/record_background_removal.mjs
