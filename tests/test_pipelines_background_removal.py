@@ -1,7 +1,7 @@
 """background-removal against transformers.js' own BackgroundRemovalPipeline (recorded by
 tests/support/record_background_removal.mjs with transformers.js 4.3.2 / onnxruntime-node on the
-rmbg, rmbg-logits and modnet fixtures' ONNX files: references/cutout_*.png, transformers_js.json), on JAX
-and MLX; its Node resize (sharp's affine bilinear, references/sharp_resize.json); a batch equals
+rmbg, rmbg-logits and modnet fixtures' ONNX files: references/cutout_*.png, transformers_js.json),
+on JAX and MLX; its Node resize (sharp's affine bilinear, references/sharp_resize.json); a batch equals
 one by one; bad inputs and graphs are clear errors."""
 
 import json
@@ -70,8 +70,9 @@ def test_sharp_resize_equals_transformers_js():
     cases = json.loads((ROOT / "rmbg" / "references" / "sharp_resize.json").read_text())["cases"]
     for case in cases:
         src = case["source"]
-        pixels = np.array(src["data"], np.uint8).reshape(src["height"], src["width"], src["channels"])
-        want = np.array(case["data"], np.uint8).reshape(case["height"], case["width"], case["channels"])
+        shape = [(c["height"], c["width"], c["channels"]) for c in (src, case)]
+        pixels = np.array(src["data"], np.uint8).reshape(shape[0])
+        want = np.array(case["data"], np.uint8).reshape(shape[1])
         got = sharp_bilinear(pixels, (case["height"], case["width"]))
         assert got.dtype == np.uint8 and (got == want).all(), (pixels.shape, want.shape)
 

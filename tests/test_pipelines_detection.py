@@ -23,8 +23,8 @@ REF = json.loads((FX / "references" / "photos.json").read_text())
 # (measured: 3.4e-5 JAX, 4.0e-5 MLX; onnxruntime vs PyTorch: logits within 3.1e-4 on one query of
 # coffee_tall, the perturbed weights amplify float32 noise); the design's bound is 1e-4.
 SCORE_TOL = 1e-4
-# pred_boxes agree to ~1e-5 (normalized); times a photo's 512 px that is ~1e-2 px (measured: 0.012 px
-# JAX, 0.007 MLX). A truncated box coordinate may then flip to the next integer only where the exact
+# pred_boxes agree to ~1e-5 (normalized); times a photo's 512 px that is ~1e-2 px (measured:
+# 0.012 px JAX, 0.007 MLX). A truncated box coordinate may then flip to the next integer only where the exact
 # value lies that close to one (none did).
 PIXEL_TOL = 0.05
 _PIPES = {}
@@ -46,7 +46,7 @@ def check(got, want, where, exact=None):
     assert [r["label"] for r in got] == [r["label"] for r in want], where
     for i, (g, w) in enumerate(zip(got, want)):
         assert list(g) == ["score", "label", "box"] and list(g["box"]) == list(w["box"]), where
-        assert math.isclose(g["score"], w["score"], abs_tol=SCORE_TOL), (where, i, g["score"], w["score"])
+        assert math.isclose(g["score"], w["score"], abs_tol=SCORE_TOL), (where, i, g, w)
         for k, (value, recorded) in enumerate(zip(g["box"].values(), w["box"].values())):
             assert type(value) is int, where
             if value != recorded:  # only where the exact coordinate lies within noise of an integer

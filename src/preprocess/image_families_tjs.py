@@ -18,7 +18,7 @@ from .image_families import BILINEAR, RESCALE, _Resized
 from .image_processor import register
 from .image_resize_sharp import sharp_bilinear
 
-# transformers.js' RESAMPLING_MAPPING: box (4) and hamming (5) fall back to bilinear (with a warning)
+# transformers.js' RESAMPLING_MAPPING: box (4) and hamming (5) fall back to bilinear (it warns)
 BILINEAR_LIKE = {BILINEAR: "bilinear", 4: "box", 5: "hamming"}
 
 
@@ -28,8 +28,8 @@ BILINEAR_LIKE = {BILINEAR: "bilinear", 4: "box", 5: "hamming"}
 class TransformersJsImageProcessor(_Resized):
     do_convert_rgb = True  # transformers.js: config.do_convert_rgb ?? true
 
-    def setup(self, *, do_resize=None, size=None, image_size=None, resample=BILINEAR, do_rescale=True,
-              rescale_factor=RESCALE, do_normalize=False, image_mean=None, image_std=None,
+    def setup(self, *, do_resize=None, size=None, image_size=None, resample=BILINEAR,
+              do_rescale=True, rescale_factor=RESCALE, do_normalize=False, image_mean=None, image_std=None,
               mean=None, std=None, do_convert_rgb=True, do_pad=False, pad_size=None,
               size_divisibility=None, size_divisor=None, max_size=None, do_center_crop=False,
               do_thumbnail=False, keep_aspect_ratio=False, ensure_multiple_of=None):
@@ -42,7 +42,7 @@ class TransformersJsImageProcessor(_Resized):
                                  f"processor) with {name} is not supported yet: resize to size "
                                  "{width, height} or {shortest_edge, longest_edge}, "
                                  "size_divisibility, rescale, normalize and do_pad are")
-        if isinstance(size, int) and not isinstance(size, bool):  # shortest edge, capped by max_size
+        if isinstance(size, int) and not isinstance(size, bool):  # shortest edge, max_size cap
             size = {"shortest_edge": size, "longest_edge": max_size if max_size else size}
         keys = set(size) if isinstance(size, dict) else None
         if do_resize and keys not in ({"width", "height"}, {"shortest_edge"}, {"longest_edge"},
@@ -50,8 +50,8 @@ class TransformersJsImageProcessor(_Resized):
             raise InputError(f"preprocessor_config.json: {self.name} resizes to size {{width, "
                              "height}} (briaai/RMBG-1.4's) or {shortest_edge, longest_edge}, "
                              f"got size {size!r}")
-        self.read(do_resize, size or {"height": 1, "width": 1}, resample, do_rescale, rescale_factor,
-                  do_normalize, image_mean if image_mean is not None else mean,
+        self.read(do_resize, size or {"height": 1, "width": 1}, resample, do_rescale,
+                  rescale_factor, do_normalize, image_mean if image_mean is not None else mean,
                   image_std if image_std is not None else std, None, None)
         self.do_convert_rgb = bool(do_convert_rgb)
         self.divisor = size_divisibility if size_divisibility is not None else size_divisor

@@ -28,8 +28,8 @@ def sharp_bilinear(pixels, size):
     if (in_h, in_w) == (height, width):  # RawImage.resize: "Do nothing if ... the desired size"
         return pixels
     a, d = width / in_w, height / in_h
-    # vips__transform_calc_inverse of [a, 0, 0, d]: (1 / det) * d, which can differ from 1 / a in the
-    # last bit (50 -> 48 pixels: 1.0416666666666665), enough to move a weight's 12-bit truncation
+    # vips__transform_calc_inverse of [a, 0, 0, d]: (1 / det) * d, which can differ from 1 / a in
+    # the last bit (50 -> 48 pixels: 1.0416666666666665), enough to move a weight's 12-bit truncation
     tmp = 1.0 / (a * d)
     ia, id_ = tmp * d, tmp * a
     # the one-pixel border displaces the transform by 1 (trn.idx -= 1)

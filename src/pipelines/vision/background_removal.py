@@ -8,9 +8,9 @@ As transformers.js 4.3 (src/pipelines/image-segmentation.js with no subtask, the
 background-removal.js): the graph's first output for the image ([1, H, W]); a sigmoid when any
 value lies outside [-1e-5, 1 + 1e-5] (BiRefNet gives logits, RMBG-1.4 and MODNet probabilities);
 times 255 in float32, truncated to uint8; resized to the input's size with transformers.js' Node
-resize (sharp's affine bilinear, preprocess/image_resize_sharp.py); put as the alpha of the input's
-RGB (an RGBA input's alpha is replaced). The graph's single input is fed the processor's pixel_values whatever its name
-(RMBG-1.4's and MODNet's is ``input``).
+resize (sharp's affine bilinear, preprocess/image_resize_sharp.py); put as the alpha of the
+input's RGB (an RGBA input's alpha is replaced). The graph's single input is fed the processor's
+pixel_values whatever its name (RMBG-1.4's and MODNet's is ``input``).
 """
 
 import numpy as np
