@@ -13,6 +13,7 @@ gives PyTorch's argmax tokens (it stops otherwise)."""
 
 import json
 
+import numpy as np
 import pytest
 
 import transmuter
@@ -21,7 +22,7 @@ from transmuter.pipelines import PipelineError
 from transmuter.pipelines.vision import florence2_parse
 from transmuter.pipelines.vision.florence2 import prompt_ids
 
-from .fixtures import ROOT
+from .fixtures import ROOT, steps
 
 pytest.importorskip("skimage", reason="the test images are scikit-image's samples (test extra)")
 
@@ -105,6 +106,24 @@ def test_generate_matches_transformers(backend):
             assert answer(out[0]) == run["parsed"], what
 
 
+def test_encoder_states_are_the_graphs_on_transformers_inputs():
+    """The pipeline's vision encoder -> embed_tokens -> encoder_model route gives the encoder
+    states onnxruntime gave on Florence2Processor's inputs (references/encoder_model.npz:
+    astronaut with <OD>, chelsea with grounding of "a cat"), on every valid position; 1e-4 as
+    test_models' fp32 graphs (summation order only)."""
+    (given, want), = steps("florence2", "references/encoder_model.npz")
+    p = pipe()
+    for b, (name, task, text) in enumerate([("astronaut", "<OD>", None),
+                                            ("chelsea", "<CAPTION_TO_PHRASE_GROUNDING>", "a cat")]):
+        pre, _, _ = p._sanitize_parameters(task=task, text=text)
+        chunk, = p.preprocess(photo(name), **pre)
+        encoded = p._encode([chunk])
+        n = int(given["attention_mask"][b].sum())
+        assert int(encoded.mask[0].sum()) == n
+        np.testing.assert_allclose(encoded.states[0, :n], want["last_hidden_state"][b, :n],
+                                   rtol=0, atol=1e-4)
+
+
 def test_batch_equals_one_by_one():
     p = pipe()
     images = [photo(n) for n in ("astronaut", "chelsea", "coffee")]
@@ -114,11 +133,18 @@ def test_batch_equals_one_by_one():
 
 
 def test_references_can_fail():
-    """The records must tell cases apart: for each task the images give different texts, beam
-    differs from greedy, answers hold boxes, and the parser cases cover every answer type."""
+    """The records must tell cases apart: for each task the images give different texts, some
+    generations stop on </s> before the limit and others run to it, beam differs from greedy,
+    answers hold boxes, and the parser cases cover every answer type."""
     for task in {c["task"] for c in RECORD["generate"]}:
         runs = [r for c in RECORD["generate"] if c["task"] == task for r in c["runs"].values()]
-        assert len({r["text"] for r in runs}) > len(runs) // 2, task
+        assert len({r["text"] for r in runs}) > 1, task
+    greedy = {}
+    for c in RECORD["generate"]:
+        greedy.setdefault(c["task"], set()).add(c["runs"]["greedy"]["text"])
+    assert max(len(t) for t in greedy.values()) > 1  # (the image route: the encoder-states test)
+    lengths = {len(r["ids"]) - 1 for c in RECORD["generate"] for r in c["runs"].values()}
+    assert max(lengths) == RECORD["max_new_tokens"] and min(lengths) < RECORD["max_new_tokens"]
     assert any(c["runs"]["greedy"]["ids"] != c["runs"]["beam"]["ids"] for c in RECORD["generate"])
     od = [c["runs"]["greedy"]["parsed"]["<OD>"] for c in RECORD["generate"] if c["task"] == "<OD>"]
     assert any(a["bboxes"] for a in od)

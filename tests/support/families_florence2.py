@@ -28,7 +28,8 @@ tokenizer's order (read from ../shared/hub-files/onnx-community/Florence-2-base/
 preprocessor is the real one (CLIPImageProcessor, bicubic, ImageNet mean / std, no crop) at
 64 x 64 pixels, so an image gives 1 + 2 x 2 = 5 feature rows (``image_seq_length``); the
 generation config is the real one (beam 3, no_repeat_ngram_size 3, forced bos / eos,
-early_stopping).
+early_stopping). The embedding rows of </s> and one token are swapped so that some generations
+stop on </s> before the limit (``model``).
 
 Usage (export environment):
 
@@ -63,6 +64,7 @@ OPSET = 17
 SIZE = 64  # pixels: the tower's strides 4 * 2 * 2 * 2 leave a 2 x 2 grid
 IMAGE_SEQ = 1 + (SIZE // 32) ** 2
 D_MODEL, LAYERS, HEADS = 32, 2, 2
+EOS, SWAP_WITH_EOS = 2, 715  # see model()
 HEAD_DIM = D_MODEL // HEADS
 EXPORTER = ("torch.onnx.export (TorchScript, dynamo=False) of wrappers over transformers' "
             "Florence2 modules, transformers.js layout; decoder merged with optimum's "
@@ -129,6 +131,11 @@ def model(tok):
             p.add_(torch.randn_like(p) * 0.2)
         for p in m.model.language_model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
+        # rows of </s> and SWAP_WITH_EOS swapped in the (tied) embedding: without it the random
+        # decoder never ends before the limit; with it, some generations stop early (greedy
+        # after 12 tokens on some photos, beams after 3-6) and others run to the limit
+        w = m.model.language_model.shared.weight
+        w[[EOS, SWAP_WITH_EOS]] = w[[SWAP_WITH_EOS, EOS]].clone()
     m.generation_config = GenerationConfig(**GENERATION)
     return m
 
