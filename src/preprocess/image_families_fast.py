@@ -5,8 +5,10 @@ torchvision resize of image_resize_fast.py on uint8 pixels, their center crop, a
 
 A fast class reads its options differently from a slow one: every key of
 `DefaultFastImageProcessorKwargs` (plus the family's own) is read from the config, and a missing
-or null key takes the class default (`defaults` here, the class attributes there). So a ViT Fast
-config may center-crop or pad, which ViT slow cannot.
+key takes the class default (`defaults` here, the class attributes there), while a null one stays
+None (ImageProcessingMixin.__init__ sets every key as an attribute before the Fast __init__
+looks for defaults): a null do_normalize does not normalize, a null resample with do_resize is
+refused. So a ViT Fast config may center-crop or pad, which ViT slow cannot.
 """
 
 import numpy as np
@@ -40,7 +42,7 @@ class FastImageProcessor(ImageProcessor):
         known = set(options) | _INERT
         self.ignored = sorted(k for k in self.config if k not in known and k not in _METADATA)
         for key in options:
-            if self.config.get(key) is not None:  # a null value keeps the class default
+            if key in self.config:  # even null: transformers keeps the None (see above)
                 options[key] = self.config[key]
         self.setup(**options)
 
@@ -56,7 +58,7 @@ class FastImageProcessor(ImageProcessor):
                          do_normalize=bool(do_normalize), image_mean=image_mean,
                          image_std=image_std)
         if self.do_resize:
-            if self.size is None or resample is None:
+            if self.size is None or resample is None:  # as validate_fast_preprocess_arguments
                 raise InputError(f"{self.name}: do_resize is set without size and resample")
             if resample not in (0, 1, 2, 3):
                 raise InputError(f"{self.name}: resample={resample!r}: torchvision resizes tensors "
@@ -262,3 +264,7 @@ class MobileViTImageProcessorFast(FastImageProcessor):
             image = image.astype(np.float32) * np.float32(self.rescale_factor)
         image = image.astype(np.float32)
         return T.flip_channel_order(image) if self.do_flip_channel_order else image
+
+
+from . import image_families_dense_fast  # noqa: E402,F401  (the detection / dense Fast families)
+from . import image_owlv2_fast  # noqa: E402,F401  (Owlv2's Fast processor)

@@ -3,9 +3,14 @@ tests/test_fast_image_processor.py. Run in the fast venv (tests/support/requirem
 
     /root/.cache/transmuter-tests/venv-fast/bin/python tests/support/record_fast_image_processors.py
 
+(regenerate.sh makes that venv; any venv of requirements-fast.txt will do.) Names on the command
+line record only those sets.
+
 The same images and file layout as record_image_processors.py (whose helpers this reuses), written
 to tests/fixtures/image_processors/fast_<config>.npz, with AutoImageProcessor(use_fast=True):
-`<case>/pixel_values`, `<case>/original_size`, `<case>/size`, `<case>/digest`, `<case>/error`.
+`<case>/pixel_values`, `<case>/original_size`, `<case>/size`, `<case>/digest`, `<case>/error`,
+`<case>/pixel_mask` where transformers returns one, and `batch/...` (one call on BATCH) for the
+families that pad a batch (DETR's, YOLOS, RT-DETR, MaskFormer).
 PIL images go in as transformers' fast path reads them (pil_to_tensor: CHW, so
 input_data_format="channels_first", which keeps 1- or 3-pixel-tall images from being re-guessed).
 
@@ -26,18 +31,27 @@ os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoImageProcessor  # noqa: E402
+from transformers.models.dpt.image_processing_dpt_fast import (  # noqa: E402
+    get_resize_output_image_size as dpt_fast_size)
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import image_cases  # noqa: E402
 import record_image_processors as slow  # noqa: E402
 
 OUT = slow.OUT
-CORE, FEW = image_cases.CORE, image_cases.FEW
+CORE, FEW, SMALL = image_cases.CORE, image_cases.FEW, image_cases.SMALL
 
 
 def fast(config, kind, **changes):
     return {**config, "image_processor_type": kind, **changes}
 
+
+# 20 photos of different sizes and modes (after load_image) for each dense family's main set
+TWENTY = CORE + ["coins_L", "horse_1", "moon_LA", "chelsea_P", "coffee_CMYK", "camera_I16_scaled",
+                 "chelsea_png_bytes", "coffee_jpeg_exif6"]
+BATCH = slow.BATCH
+DETR = fast(slow.fixture("detr"), "DetrImageProcessorFast",
+            size={"shortest_edge": 20, "longest_edge": 30})
 
 VIT = fast(slow.fixture("vit"), "ViTImageProcessorFast")
 CLIP = fast(slow.fixture("clip"), "CLIPImageProcessorFast")
@@ -45,6 +59,7 @@ CLIP = fast(slow.fixture("clip"), "CLIPImageProcessorFast")
 SETS = {
     "vit": (VIT, slow.ALL, {}),
     **{f"vit_resample{r}": ({**VIT, "resample": r}, CORE[:8], {}) for r in (0, 1, 3)},
+    "vit_nulls": ({**VIT, "do_normalize": None, "resample": None, "crop_pct": 0.9}, CORE[:4], {}),
     "vit_no_normalize": ({**VIT, "do_normalize": False}, CORE[:6], {}),
     "vit_no_rescale": ({**VIT, "do_rescale": False, "image_mean": [120.0, 110.0, 100.0],
                         "image_std": 60.0}, CORE[:6], {}),
@@ -82,6 +97,64 @@ SETS = {
     "mobilevit": ({"image_processor_type": "MobileViTImageProcessorFast",
                    "size": {"shortest_edge": 32}, "crop_size": {"height": 36, "width": 28}},
                   CORE, {}),
+    # the detection / dense families (image_families_dense_fast.py)
+    "detr": (DETR, TWENTY, {"batch": BATCH}),
+    "detr_legacy": ({"image_processor_type": "DetrImageProcessorFast", "size": 24, "max_size": 36,
+                     "pad_and_return_pixel_mask": True}, CORE[:6], {"batch": BATCH}),
+    "detr_pad_size": ({**DETR, "pad_size": {"height": 36, "width": 40}}, CORE[:6],
+                      {"batch": BATCH}),
+    "detr_max_hw": ({**DETR, "size": {"max_height": 28, "max_width": 24}}, CORE[:6], {}),
+    "detr_no_pad": ({**DETR, "do_pad": False, "resample": 3}, CORE[:4], {}),
+    "detr_nulls": ({"image_processor_type": "DetrImageProcessorFast", "size": {"height": 24,
+                    "width": 20}, "do_pad": None, "do_normalize": None, "image_mean": None},
+                   CORE[:4], {"batch": BATCH}),
+    "conditional_detr": ({**DETR, "image_processor_type": "ConditionalDetrImageProcessorFast"},
+                         CORE[:4], {"batch": BATCH}),
+    "deformable_detr": ({**DETR, "image_processor_type": "DeformableDetrImageProcessorFast"},
+                        CORE[:4], {"batch": BATCH}),
+    "grounding_dino": ({**DETR, "image_processor_type": "GroundingDinoImageProcessorFast"},
+                       CORE[:4], {"batch": BATCH}),
+    "yolos": (fast(slow.fixture("yolos"), "YolosImageProcessorFast"), TWENTY, {"batch": BATCH}),
+    "yolos_pad_size": (fast(slow.fixture("yolos"), "YolosImageProcessorFast",
+                            pad_size={"height": 48, "width": 48}), CORE[:4], {"batch": BATCH}),
+    "rt_detr": (fast(slow.fixture("rt-detr"), "RTDetrImageProcessorFast",
+                     size={"height": 24, "width": 28}), TWENTY, {}),
+    "rt_detr_pad": (fast(slow.fixture("rt-detr"), "RTDetrImageProcessorFast", do_pad=True,
+                         size={"max_height": 28, "max_width": 28}), CORE[:4], {"batch": BATCH}),
+    "mask2former": (fast(slow.fixture("mask2former"), "Mask2FormerImageProcessorFast",
+                         size={"shortest_edge": 20, "longest_edge": 30}, size_divisor=8),
+                    TWENTY, {"batch": BATCH}),
+    "mask2former_legacy": ({"image_processor_type": "Mask2FormerImageProcessorFast", "size": 24,
+                            "max_size": 40, "size_divisor": 0, "resample": 3}, CORE[:6],
+                           {"batch": BATCH}),
+    "mask2former_pad_size": ({"image_processor_type": "Mask2FormerImageProcessorFast",
+                              "size": {"height": 28, "width": 20}, "do_pad": False,
+                              "pad_size": {"height": 40, "width": 40}}, CORE[:4],
+                             {"batch": BATCH}),
+    "maskformer": ({"image_processor_type": "MaskFormerImageProcessorFast",
+                    "size": {"max_height": 30, "max_width": 26}, "size_divisor": 16,
+                    "ignore_index": 255, "do_reduce_labels": True}, CORE[:6], {"batch": BATCH}),
+    "dpt": (fast(slow.fixture("dpt"), "DPTImageProcessorFast", size={"height": 24, "width": 28}),
+            TWENTY, {}),
+    "dpt_keep_aspect": (fast(slow.fixture("dpt"), "DPTImageProcessorFast",
+                             size={"height": 40, "width": 40}, keep_aspect_ratio=True,
+                             ensure_multiple_of=14), CORE[:6], {}),
+    "dpt_pad": (fast(slow.fixture("dpt"), "DPTImageProcessorFast", size={"height": 30,
+                     "width": 30}, keep_aspect_ratio=True, do_pad=True, size_divisor=16),
+                CORE[:6], {}),
+    "dpt_crop": (fast(slow.fixture("dpt"), "DPTImageProcessorFast", do_center_crop=True,
+                      crop_size={"height": 24, "width": 36}), CORE[:4], {}),
+    "sam": (fast(slow.fixture("sam"), "SamImageProcessorFast", size={"longest_edge": 28},
+                 pad_size={"height": 32, "width": 32}), TWENTY, {}),
+    "sam_no_pad": (fast(slow.fixture("sam"), "SamImageProcessorFast", size={"longest_edge": 30},
+                        do_pad=False, resample=3), CORE[:4], {}),
+    "swin2sr": (fast(slow.fixture("swin2sr"), "Swin2SRImageProcessorFast"), SMALL, {}),
+    "swin2sr_legacy_pad_size": ({"image_processor_type": "Swin2SRImageProcessorFast",
+                                 "pad_size": 16}, SMALL[:3], {}),
+    "swin2sr_no_divisor": ({"image_processor_type": "Swin2SRImageProcessorFast"}, SMALL[:2], {}),
+    "owlv2": (fast(slow.fixture("owlv2"), "Owlv2ImageProcessorFast",
+                   size={"height": 24, "width": 24}), TWENTY, {}),
+    "owlv2_upscale": (fast(slow.fixture("owlv2"), "Owlv2ImageProcessorFast"), SMALL, {}),
 }
 
 
@@ -94,6 +167,27 @@ def processor_for(config):
     return proc
 
 
+def reference_size(proc, image, out, pixels):
+    """(h, w) after resize / crop, before padding: from the pixel mask, or the family's rule (SAM
+    Fast's own reshaped_input_sizes repeat the original sizes in 4.57, so its
+    _get_preprocess_shape; DPT's pad has no mask)."""
+    kind = type(proc).__name__
+    if "pixel_mask" in out:
+        mask = out["pixel_mask"][0].numpy()
+        return (int(mask.any(1).sum()), int(mask.any(0).sum()))
+    if kind.startswith("Sam"):
+        hw = (image.height, image.width)
+        return proc._get_preprocess_shape(hw, proc.size["longest_edge"]) if proc.do_resize else hw
+    if kind.startswith("Swin2SR"):
+        return (image.height, image.width)
+    if kind.startswith("DPT") and proc.do_pad:
+        new = dpt_fast_size(torch.empty(3, image.height, image.width),
+                            (proc.size["height"], proc.size["width"]), proc.keep_aspect_ratio,
+                            proc.ensure_multiple_of)
+        return (new.height, new.width)
+    return tuple(pixels.shape[-2:])
+
+
 def store(record, key, proc, image, stride):
     try:
         out = proc(image, return_tensors="pt", input_data_format="channels_first")
@@ -102,7 +196,10 @@ def store(record, key, proc, image, stride):
         return
     pixels = out["pixel_values"][0].to(torch.float32).numpy()
     record[f"{key}/original_size"] = np.array([image.height, image.width], np.int64)
-    record[f"{key}/size"] = np.array(pixels.shape[-2:], np.int64)
+    record[f"{key}/size"] = np.array(reference_size(proc, image, out, pixels), np.int64)
+    if "pixel_mask" in out:
+        mask = out["pixel_mask"][0].numpy().astype(np.int64)
+        record[f"{key}/pixel_mask"] = mask if stride == 1 else mask[::stride, ::stride]
     if stride > 1:
         record[f"{key}/stride"] = np.array(stride)
         record[f"{key}/shape"] = np.array(pixels.shape)
@@ -119,6 +216,13 @@ def record_set(name, config, cases, options):
         image = slow.transformers_image(case)
         record[f"{case}/digest"] = np.array(image_cases.pixels_digest(image))
         store(record, case, proc, image, options.get("stride", 1))
+    if "batch" in options:  # one call on several images: the families that pad a batch
+        images = [slow.transformers_image(c) for c in options["batch"]]
+        out = proc(images, return_tensors="pt", input_data_format="channels_first")
+        record["batch/cases"] = np.array(options["batch"])
+        record["batch/pixel_values"] = out["pixel_values"].to(torch.float32).numpy()
+        if "pixel_mask" in out:
+            record["batch/pixel_mask"] = out["pixel_mask"].numpy().astype(np.int64)
     np.savez_compressed(OUT / f"fast_{name}.npz", **record)
     return type(proc).__name__
 
