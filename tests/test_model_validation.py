@@ -296,3 +296,25 @@ def test_slice_inputs_not_one_d_or_of_other_lengths_are_refused(backend, ends, s
         ort.InferenceSession(model.SerializeToString()).run(None, feed)
     with pytest.raises(OpError, match=match):
         transmuter.run(transmuter.load(model, backend=backend), feed)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("zero_points", ["b", "zp"])
+def test_matmul_nbits_zero_points_of_another_shape_are_refused(backend, zero_points):
+    # issue 14 (fuzz 20261202:9053: B duplicated into the zero-points slot, read as 32 zero
+    # points a row); onnxruntime's PrePack refuses any shape but [N * bytes] or [N, bytes].
+    # Its own initializer is refused at load; a weight also read as B, when the node runs.
+    from transmuter.errors import OpError
+    model = nbits()
+    model.graph.node[0].input.append(zero_points)
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros((16, 2), np.uint8), "zp"))
+    feed = {"a": np.ones((2, 64), np.float32)}
+    with pytest.raises(Exception):  # noqa: B017 - any refusal: ORT's messages are its own
+        ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    match = r"zero_points of shape \[16, (2, 16|2)\] must be \[16\] or \[16, 1\]"
+    if zero_points == "zp":
+        with pytest.raises(ModelLoadError, match=match):
+            transmuter.load(model, backend=backend)
+    else:
+        with pytest.raises(OpError, match=match):
+            transmuter.run(transmuter.load(model, backend=backend), feed)

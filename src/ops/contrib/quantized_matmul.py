@@ -8,6 +8,7 @@ XLA fuses it into the matmul.
 
 import numpy as np
 
+from ...errors import ModelLoadError
 from ..attention import f32
 from ..bounds import Along
 from ..registry import op
@@ -56,6 +57,10 @@ def as_float_zero_points(zero_points, node):
         return zero_points
     n, k, bits = node.attrs["N"], node.attrs["K"], node.attrs.get("bits", 4)
     n_blocks = -(-k // node.attrs["block_size"])
+    try:
+        check_zero_points(zero_points.shape, True, n=n, n_blocks=n_blocks, bits=bits)
+    except ValueError as e:
+        raise ModelLoadError(f"{node.label}: {e}") from None
     packed = np.asarray(zero_points).reshape(n, -1)
     return unpack_bits(np, packed, bits)[:, :n_blocks].astype(np.float32)
 
@@ -187,6 +192,17 @@ def native_nbits(xp, a, b, scales, zero_points, g_idx, *, k, n, bits, block_size
                   bits=bits)
 
 
+def check_zero_points(shape, packed, *, n, n_blocks, bits):
+    """Packed (uint8) zero points hold ceil(n_blocks * bits / 8) bytes per row, float ones
+    n_blocks values, in one of ONNX Runtime's two layouts (matmul_nbits.cc PrePack; fuzz
+    20261202:9053: B given again as zero points was read as 32 zero points a row)."""
+    per_row = -(-n_blocks * bits // 8) if packed else n_blocks
+    if tuple(shape) not in ((n * per_row,), (n, per_row)):
+        raise ValueError(f"MatMulNBits zero_points of shape {list(shape)} must be "
+                         f"[{n * per_row}] or [{n}, {per_row}] (N={n}, n_blocks={n_blocks}, "
+                         f"bits={bits})")
+
+
 def _check_nbits_weights(b, scales, *, k, n, bits, block_size):
     """B holds (N, ceil(K / block_size), block_size * bits / 8) bytes (as uint8, or the uint32
     words of as_words) and scales N * n_blocks values, as ONNX Runtime requires: another
@@ -215,6 +231,9 @@ def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K
         raise ValueError(f"MatMulNBits: input A has shape {list(a.shape)}, whose last axis "
                          f"must be K = {K}")
     _check_nbits_weights(b, scales, k=K, n=N, bits=bits, block_size=block_size)
+    if zero_points is not None:
+        check_zero_points(zero_points.shape, xp.dtype_of(zero_points) == np.uint8, n=N,
+                          n_blocks=-(-K // block_size), bits=bits)
     y = native_nbits(xp, a, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
                      block_size=block_size)
     if y is None:
