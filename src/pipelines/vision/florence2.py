@@ -53,7 +53,7 @@ class Florence2Pipeline(ImageToTextPipeline):
         self.generation_file = repo.json("generation_config.json", {}) if repo else {}
         processor = repo.json("processor_config.json", {}) if repo else {}
         self.parse_config = processor.get("post_processor_config") or {}
-        self.task_options = {}
+        self.task_options = {}  # Florence-2's config has no task_specific_params["image-to-text"]
         VisionPipeline.__init__(self, model, config, repo=repo, **kwargs)
 
     def _sanitize_parameters(self, task=None, text=None, prompt=None, **options):
@@ -85,7 +85,8 @@ class Florence2Pipeline(ImageToTextPipeline):
                                      {"pixel_values": None}, self.task)
         vision = self._run_model({"pixel_values": feed["pixel_values"].astype(np.float32)},
                                  self.vision)
-        features = next(iter(vision.values()))[:n].astype(np.float32)
+        features = vision.get("image_features", next(iter(vision.values())))[:n]
+        features = features.astype(np.float32)
         width = self._prompt_width(max(len(c["prompt_ids"]) for c in chunks), features.shape[1])
         ids = np.full((n, width), self.tokenizer.pad_token_id, np.int64)
         mask = np.ones((n, features.shape[1] + width), np.int64)
@@ -109,12 +110,8 @@ class Florence2Pipeline(ImageToTextPipeline):
                                 "give a shorter text=")
         return min(width, int(limit) - image_tokens)
 
-    def _forward_group(self, chunks, config):
-        out = super()._forward_group(chunks, config)
-        return [dict(c, image_size=c["image"]["original_size"]) for c in out]
-
     def postprocess(self, outputs, task):
-        height, width = (int(v) for v in outputs[0]["image_size"])
+        height, width = (int(v) for v in outputs[0]["image"]["original_size"])
         records = []
         for ids in outputs[0]["output_ids"]:
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
