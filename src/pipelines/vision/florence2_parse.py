@@ -106,8 +106,8 @@ def post_process_generation(text, task, image_size, config=None):
         return {task: {"bboxes": [i["bbox"] for i in found],
                        "labels": [i["cat_name"] for i in found]}}
     if kind == "ocr":
-        pattern = (config.get("ocr") or {}).get("PATTERN") or _QUAD
-        found = _ocr(text, pattern, image_size, (config.get("ocr") or {}).get("AREA_THRESHOLD", 0.0))
+        ocr = config.get("ocr") or {}
+        found = _ocr(text, ocr.get("PATTERN") or _QUAD, image_size, ocr.get("AREA_THRESHOLD", 0.0))
         return {task: {"quad_boxes": [q for q, _ in found], "labels": [t for _, t in found]}}
     if kind == "phrase_grounding":
         banned = set((config.get("phrase_grounding") or {}).get("banned_grounding_tokens", []))
