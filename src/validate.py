@@ -196,6 +196,8 @@ def _check_graph(graph, outer, sources):
                                      "around it already defines (a graph input, an initializer "
                                      "or another node's output): each name is assigned once")
             defined.add(name)
+    if outer:  # a subgraph: ONNX Runtime does not sort it, onnx.checker's order holds
+        _check_file_order(graph, given, defined, where)
     known = defined | outer
     for node in graph.node:
         for name in node.input:
@@ -210,6 +212,21 @@ def _check_graph(graph, outer, sources):
         if out.name not in known:
             raise ModelLoadError(f"Output {out.name!r} of {where} is produced by no node, input "
                                  "or initializer")
+
+
+def _check_file_order(graph, given, defined, where):
+    """Each node of a subgraph reads what the subgraph makes only after the node that makes it
+    (fuzz 20261202:7813: a branch node reading its own If's output 'present.0.key', which a
+    later node of the branch makes; ONNX Runtime: "Nodes in a graph must be topologically
+    sorted"). A name the subgraph does not make is the enclosing graph's."""
+    made = set(given)
+    for node in graph.node:
+        for name in node.input:
+            if name and name in defined and name not in made:
+                raise ModelLoadError(f"{_label(node)} reads {name!r} before the node of {where} "
+                                     "that makes it: the nodes of a subgraph must be in "
+                                     "topological order (ONNX Runtime does not sort them)")
+        made.update(n for n in node.output if n)
 
 
 def _check_arity(node, name, body):

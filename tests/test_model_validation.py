@@ -76,6 +76,18 @@ def in_if_branch(node):
                       [X], [info("z", T.FLOAT, None)], {"c": np.array(True)})
 
 
+def unsorted_branch():
+    """A then-branch whose first node reads what its second makes (fuzz 20261202:7813: a node
+    of gpt2's branch reading 'present.0.key', made later in the branch): ONNX Runtime sorts the
+    main graph, not a subgraph ("Nodes in a graph must be topologically sorted")."""
+    branch = helper.make_graph([helper.make_node("Relu", ["u"], ["t"]),
+                                helper.make_node("Neg", ["x"], ["u"])], "then", [],
+                               [info("t", T.FLOAT, None)])
+    model = in_if_branch(helper.make_node("Relu", ["x"], ["t"]))
+    next(a for a in model.graph.node[0].attribute if a.name == "then_branch").g.CopyFrom(branch)
+    return model
+
+
 def unsorted_sqrt_of_int64():
     """Sqrt reading an int64 made by a node after it: onnx's inference, in file order, sees no
     type yet; ONNX Runtime sorts the nodes and refuses the type (fuzz 20261202:406)."""
@@ -184,6 +196,8 @@ CASES = {
         "takes uint8"),
     "a contrib output declared of another type": (
         lambda: nbits(y=T.INT8), r"'y' is declared int8, but its node gives float32"),
+    "an If branch out of topological order": (
+        unsorted_branch, r"'Relu' \(Relu\) reads 'u' before the node of graph 'then' that makes"),
     "an If branch writing an outer graph's input": (  # fuzz: gpt2's branch writing input_ids
         lambda: in_if_branch(helper.make_node("Relu", ["x"], ["x"])),
         "'Relu' \\(Relu\\) writes 'x', which graph 'then' or a graph around it"),
