@@ -128,7 +128,15 @@ CONTRIB_ATTRIBUTES = {
         "scale": _EPSILON, "softcap": _EPSILON},
     ("com.microsoft", "SkipLayerNormalization"): {"epsilon": _EPSILON},
     ("com.microsoft", "SkipSimplifiedLayerNormalization"): {"epsilon": _EPSILON},
-    ("", "SimplifiedLayerNormalization"): {"epsilon": _EPSILON},
+    # ONNX Runtime's own op in the default domain, which onnx has no schema to type-check
+    # (fuzz 20261202:6140: stash_type given as INTS)
+    ("", "SimplifiedLayerNormalization"): {
+        "epsilon": _EPSILON, "axis": (onnx.AttributeProto.INT, lambda v: True, "an integer"),
+        "stash_type": (onnx.AttributeProto.INT, lambda v: True, "an integer")},
+    # a type code that names no type (0 is UNDEFINED): onnx's inference refuses it, but not in
+    # an If branch whose inference gives up (fuzz 20261202:3508, gpt2's merged decoder)
+    ("", "Cast"): {"to": (onnx.AttributeProto.INT, lambda v: v != 0 and v in
+                          onnx.TensorProto.DataType.values(), "a TensorProto data type")},
 }
 
 

@@ -196,6 +196,12 @@ CASES = {
         "takes uint8"),
     "a contrib output declared of another type": (
         lambda: nbits(y=T.INT8), r"'y' is declared int8, but its node gives float32"),
+    "SimplifiedLayerNormalization's stash_type as ints": (  # fuzz 20261202:6140
+        lambda: make_model([helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["z"],
+                                             stash_type=[1, 2])],
+                           [X], [info("z", T.FLOAT, [2])], {"g": np.ones(2, np.float32)}),
+        r"attribute 'stash_type' is of INTS, where SimplifiedLayerNormalization takes an "
+        "integer"),
     "an If branch out of topological order": (
         unsorted_branch, r"'Relu' \(Relu\) reads 'u' before the node of graph 'then' that makes"),
     "an If branch writing an outer graph's input": (  # fuzz: gpt2's branch writing input_ids
@@ -332,3 +338,18 @@ def test_matmul_nbits_zero_points_of_another_shape_are_refused(backend, zero_poi
     else:
         with pytest.raises(OpError, match=match):
             transmuter.run(transmuter.load(model, backend=backend), feed)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_a_cast_to_type_0_in_a_branch_is_refused_at_load(backend):
+    # issue 14 (fuzz 20261202:3508: Cast to = 0, UNDEFINED, in gpt2's If branch, run into an
+    # answer). onnxruntime refuses it when the branch runs (here: the branch taken; in the fuzz
+    # case at load, where its inference met the Cast's output); onnx's inference refuses it in
+    # a main graph. No type is named 0: refused at load, in any branch.
+    model = in_if_branch(helper.make_node("Cast", ["x"], ["t"], to=0))
+    feed = {"x": np.ones(2, np.float32)}
+    with pytest.raises(Exception):  # noqa: B017 - any refusal: ORT's messages are its own
+        ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    with pytest.raises(ModelLoadError, match=r"'Cast' \(Cast\): attribute 'to' is 0, where "
+                                             "Cast takes a TensorProto data type"):
+        transmuter.load(model, backend=backend)
