@@ -284,3 +284,15 @@ def test_options_transformers_ignores_are_listed():
 def test_non_rgb_pil_image_without_conversion_is_refused():
     with pytest.raises(InputError, match="mode 'L'.*load_image"):
         processor("vit")(image_cases.make("camera_L"))
+
+
+@pytest.mark.parametrize("size", [{"shortest_edge": None}, {"height": 0, "width": 8},
+                                  {"shortest_edge": "224"}, {"height": True, "width": 8}])
+def test_a_size_that_is_no_positive_number_is_an_input_error(size):
+    # issue 14 (fuzz 20261202:6645: a clip repo's preprocessor_config.json with size
+    # {"shortest_edge": null}): a TypeError deep in the resize before; a longest_edge of null
+    # stays "no cap"
+    from transmuter.preprocess.image_sizes import size_dict
+    with pytest.raises(InputError, match=r"size\['\w+'\] = .*: a size must be a positive number"):
+        size_dict(size)
+    assert size_dict({"shortest_edge": 224, "longest_edge": None})["shortest_edge"] == 224

@@ -20,6 +20,12 @@ def size_dict(size, max_size=None, default_to_square=True, height_width_order=Tr
     if set(size) not in VALID_SIZE_KEYS:
         raise InputError(f"{param_name} must have one of the key sets "
                          f"{[sorted(k) for k in VALID_SIZE_KEYS]}, got {sorted(size)}")
+    for key, value in size.items():  # fuzz 20261202:6645: shortest_edge null, a TypeError
+        if value is None and key in ("longest_edge", "max_height", "max_width"):
+            continue  # no cap
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise InputError(f"{param_name}[{key!r}] = {value!r}: a size must be a positive "
+                             "number of pixels (preprocessor_config.json)")
     return size
 
 
