@@ -20,7 +20,7 @@ MASK2FORMER_MASK_SIZE = (384, 384)
 def resized_masks(mask_logits, processor_type):
     """The mask logits the post-processing starts from (bilinear, as torch's interpolate)."""
     mask_logits = np.asarray(mask_logits, np.float32)
-    if processor_type == "Mask2FormerImageProcessor":
+    if processor_type in ("Mask2FormerImageProcessor", "Mask2FormerImageProcessorFast"):
         return bilinear(mask_logits, MASK2FORMER_MASK_SIZE)
     return mask_logits
 

@@ -47,7 +47,8 @@ class ZeroShotObjectDetectionPipeline(VisionPipeline):
                                 f"{sorted(inputs)} and gives {sorted(names)}")
         # Owlv2ImageProcessor pads each image to a square before resizing: its
         # post_process_object_detection scales boxes by max(height, width), OWL-ViT's by the sides
-        self.square = type(image_processor).__name__ == "Owlv2ImageProcessor"
+        self.square = type(image_processor).__name__ in ("Owlv2ImageProcessor",
+                                                         "Owlv2ImageProcessorFast")
         super().__init__(model, config, image_processor=image_processor, **kwargs)
 
     def __call__(self, inputs, candidate_labels=None, **kwargs):
