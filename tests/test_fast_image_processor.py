@@ -16,7 +16,7 @@ from transmuter.preprocess import image_resize_fast as R
 from transmuter.preprocess.image import ImageProcessor
 
 from .support import image_cases
-from .test_image_processor import REFS, compare, loaded
+from .test_image_processor import HUB_FILES, REFS, compare, loaded
 from .test_image_processor import test_pad_matches_transformers as check_batch
 
 pytest.importorskip("skimage", reason="the test images are scikit-image's samples (test extra)")
@@ -46,7 +46,14 @@ def reference(name):
 
 @functools.lru_cache(maxsize=None)
 def processor(name):
-    return ImageProcessor.from_config(json.loads(str(reference(name)["config"])))
+    ref = reference(name)
+    if "config_source" in ref:  # a Hub config under ../shared/hub-files, its type made Fast
+        path = HUB_FILES / str(ref["config_source"])
+        if not path.is_file():
+            pytest.skip(f"needs ../shared/hub-files ({ref['config_source']})")
+        config = json.loads(path.read_text()) | json.loads(str(ref["config_changes"]))
+        return ImageProcessor.from_config(config)
+    return ImageProcessor.from_config(json.loads(str(ref["config"])))
 
 
 def cases():

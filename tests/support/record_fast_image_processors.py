@@ -152,6 +152,11 @@ SETS = {
     "swin2sr_legacy_pad_size": ({"image_processor_type": "Swin2SRImageProcessorFast",
                                  "pad_size": 16}, SMALL[:3], {}),
     "swin2sr_no_divisor": ({"image_processor_type": "Swin2SRImageProcessorFast"}, SMALL[:2], {}),
+    # real Hub configs at full size (800-1333 px), every 16th row and column stored
+    "hub_detr_xenova": ({"image_processor_type": "DetrImageProcessorFast"}, FEW[:2],
+                        {"stride": 16, "hub": slow.hub("Xenova/detr-resnet-50")}),
+    "hub_grounding_dino": ({"image_processor_type": "GroundingDinoImageProcessorFast"}, FEW[:2],
+                           {"stride": 16, "hub": slow.hub("IDEA-Research/grounding-dino-tiny")}),
     "owlv2": (fast(slow.fixture("owlv2"), "Owlv2ImageProcessorFast",
                    size={"height": 24, "width": 24}), TWENTY, {}),
     "owlv2_upscale": (fast(slow.fixture("owlv2"), "Owlv2ImageProcessorFast"), SMALL, {}),
@@ -209,9 +214,16 @@ def store(record, key, proc, image, stride):
 
 
 def record_set(name, config, cases, options):
+    record = {}
+    if "hub" in options:  # a real Hub config (not copied: config_source + the type changed)
+        record["config_source"] = np.array(options["hub"])
+        record["config_changes"] = np.array(json.dumps(config))
+        config = {**json.loads((slow.HUB / options["hub"]).read_text()), **config}
+    else:
+        record["config"] = np.array(json.dumps(config))
     proc = processor_for(config)
-    record = {"class": np.array(type(proc).__name__), "config": np.array(json.dumps(config)),
-              "cpu_capability": np.array(torch.backends.cpu.get_cpu_capability())}
+    record.update({"class": np.array(type(proc).__name__),
+                   "cpu_capability": np.array(torch.backends.cpu.get_cpu_capability())})
     for case in cases:
         image = slow.transformers_image(case)
         record[f"{case}/digest"] = np.array(image_cases.pixels_digest(image))
