@@ -216,6 +216,22 @@ def test_image_part_without_a_vision_encoder(tmp_path):
           max_new_tokens=1)
 
 
+def test_variant_per_component(tmp_path):
+    """variant= a dict chooses each graph's file (transformers.js' per-file dtypes); a component
+    it does not name takes the default, and a file it names that the repo lacks is an error."""
+    repo = tmp_path / "variants"
+    shutil.copytree(FX, repo)
+    shutil.copyfile(repo / "onnx/vision_encoder.onnx", repo / "onnx/vision_encoder_quantized.onnx")
+    p = transmuter.pipeline(TASK, repo, variant={"vision_encoder": "q8",
+                                                 "decoder_model_merged": "fp32"})
+    files = [m.origin[1].rsplit("/", 1)[-1] for m in (p.vision, p.generator.embed_fn.model,
+                                                       p.model)]
+    assert files == ["vision_encoder_quantized.onnx", "embed_tokens.onnx",
+                     "decoder_model_merged.onnx"]
+    with pytest.raises(transmuter.HubError, match="embed_tokens_q4.onnx"):
+        transmuter.pipeline(TASK, repo, variant={"embed_tokens": "q4"})
+
+
 def test_not_an_idefics3_model():
     with pytest.raises(PipelineError, match="Idefics3 / SmolVLM"):
         transmuter.pipeline(TASK, ROOT / "llama")
