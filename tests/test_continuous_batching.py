@@ -212,9 +212,11 @@ def test_closing_a_stream_early_frees_its_row():
     # bound is loose, a closed stream on a loaded machine still frees within a few steps)
     assert server.stats["steps"] < 59
     with p.serve(max_batch_size=1) as server:  # a caller's timeout frees the row too
+        # 1 ms: 60 steps of even this tiny decoder take longer on any machine (a quiet 2-core
+        # one made them within 50 ms)
         with pytest.raises(TimeoutError):
             server("Hello world", max_new_tokens=60, min_new_tokens=60, do_sample=False,
-                   timeout=0.05)
+                   timeout=0.001)
         assert server(after[0], **after[1]) == want
     assert server.stats["steps"] < 59  # its 60 tokens alone would take 59 steps
 

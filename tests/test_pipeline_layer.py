@@ -29,6 +29,9 @@ RUN_BY = {
     "image-text-to-text": "tests/test_pipelines_image_text_to_text.py",
     "zero-shot-object-detection": "tests/test_pipelines_zero_shot_detection.py",
     "text-to-speech": "tests/test_pipelines_tts.py",  # VITS and SpeechT5 references
+    # image-to-text on Florence-2: records with post_process_generation's answers, a format of
+    # their own (pipeline_florence2.json)
+    "florence2": "tests/test_pipelines_florence2.py",
 }
 
 
