@@ -15,7 +15,10 @@ ATOL = {"fp32": 1e-4}
 # separate_queries: attention-map channels x100, classifier x5) so that queries get distinct masks;
 # float32 summation-order noise grows with them (onnxruntime vs PyTorch: 8e-4 in pred_masks;
 # here up to 1.5e-4 in logits, 5.1e-4 in pred_masks).
-FIXTURE_ATOL = {"detr-panoptic": 2e-3}
+# d-fine's weights carry seeded noise of std 0.35 (families_vision_dfine.py, so that its scores
+# differ), which amplifies the same noise: onnxruntime vs PyTorch 3.1e-4 on a logit; eager JAX
+# 1.6e-4 here (the compiled runs stay within 1e-4).
+FIXTURE_ATOL = {"detr-panoptic": 2e-3, "d-fine": 1e-3}
 
 CASES = [(f, rel, e) for f, rel, e in fixtures.graph_cases() if fixtures.variant_of(rel) in ATOL]
 
