@@ -199,6 +199,12 @@ def test_more_image_parts_than_images():
         pipe()(text="<image><image>Two", images=paths(c["images"][:1]), max_new_tokens=1)
 
 
+def test_pixel_bounds_are_a_qwen2vl_option():
+    c = case("one_image")
+    with pytest.raises(PipelineError, match="max_pixels are Qwen2-VL options"):
+        pipe()(text=c["text"], images=paths(c["images"]), max_new_tokens=1, max_pixels=3136)
+
+
 def test_prompt_past_the_context():
     with pytest.raises(PipelineError, match="context is 512"):
         pipe()(text="hello " * 600, max_new_tokens=1)

@@ -15,8 +15,10 @@ runs on both:
 - M-RoPE: get_rope_index's 3-D positions of each processor case, exactly;
 - the pipeline: every recorded case (one and two images, a small image resized up to
   min_pixels, a text-only chat, a prompt with <|image_pad|>, new text only, beam search of 3
-  and of 2 over two images, a continued assistant message) on JAX and MLX: records and
-  generate's token ids identical;
+  and of 2 over two images, a continued assistant message, min_pixels / max_pixels as call
+  options) on JAX and MLX: records and generate's token ids identical; a chat takes the call's
+  bounds too (transformers 4.57's pipeline drops processor kwargs for chats: the reference there
+  is the recorded prompt's image-token count);
 - two chats in one call equal transformers' own batch of them (left-padded there) and each
   alone; a seed repeats a sampled text; streaming joins to the recorded new text; bad inputs are
   PipelineErrors.
@@ -227,6 +229,26 @@ def test_bad_inputs(fx):
           do_image_splitting=False)
     with pytest.raises(PipelineError, match="context is 512"):
         p(text="hello " * 600, max_new_tokens=1)
+
+
+def test_pixel_bounds_apply_to_a_chat(fx):
+    """A chat with max_pixels= expands its image to as many tokens as transformers' processor
+    gave the recorded prompt case with the same image and bound."""
+    case, pad = fx.case("max_pixels"), fx.pipe().family.image_token
+    token = fx.pipe().tokenizer.token_to_id(pad)
+    chat = copy.deepcopy(fx.case("one_image")["text"])
+    _, ids = fx.call(fx.pipe("mlx"), {"text": chat, "images": case["images"],
+                                     "call_kwargs": case["call_kwargs"]})
+    assert ids[0].count(token) == case["token_ids"][0].count(token)
+    assert ids[0].count(token) < fx.case("one_image")["token_ids"][0].count(token)
+
+
+def test_pixel_bounds_are_checked(fx):
+    one, p = fx.case("prompt"), fx.pipe()
+    for bad in (0, -5, 1.5, "3136", True):
+        with pytest.raises(PipelineError, match="max_pixels must be a positive number"):
+            p(text=one["text"], images=fx.paths(one["images"]), max_new_tokens=1,
+              max_pixels=bad)
 
 
 def test_device_loop_refuses_mrope(fx):

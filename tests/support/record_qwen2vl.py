@@ -74,7 +74,15 @@ CASES = [
     ("beam", [0], ONE, {"max_new_tokens": 6, "generate_kwargs": {"num_beams": 3}}),
     ("beam_two_images", [1, 2], TWO, {"max_new_tokens": 5, "generate_kwargs": {"num_beams": 2}}),
     ("continue_final", [1], LONG, {"max_new_tokens": 5}),
+    # the image processor's bounds as call options: image_0 (96 x 72) shrinks to the floor,
+    # image_2 (60 x 30) grows past the fixture's own. Plain prompts: transformers 4.57's pipeline
+    # hands processor kwargs to the processor for a prompt, but drops them for a chat
+    # (apply_chat_template gets none), where Transmuter applies them too
+    ("max_pixels", [0], PROMPT, {"max_new_tokens": 6, "max_pixels": 56 * 56}),
+    ("min_pixels", [2], PROMPT, {"max_new_tokens": 6, "min_pixels": 112 * 112,
+                                 "max_pixels": 140 * 140}),
 ]
+PROCESSOR_KWARGS = ("min_pixels", "max_pixels")
 BATCH = (("one_image", "two_images"), {"max_new_tokens": 8, "batch_size": 2})
 PROCESSOR_CASES = [("one", [0], ONE), ("two", [0, 1], TWO), ("small", [2], ONE),
                    ("text", [], TEXT)]
@@ -155,11 +163,13 @@ def record_processor(m, proc):
             "real": REAL, "fixture": {k: fq.PREPROCESSOR[k] for k in REAL}}}, indent=2) + "\n")
 
 
-def ort_greedy(m, proc, idx, text, max_new_tokens):
-    """Greedy ids over the ONNX files with onnxruntime (the prompt, then one token a step)."""
+def ort_greedy(m, proc, idx, text, max_new_tokens, **bounds):
+    """Greedy ids over the ONNX files with onnxruntime (the prompt, then one token a step);
+    ``bounds``: the processor's min_pixels / max_pixels of the call."""
     vision, embed, decoder = (ec.ort_session(FX / f"onnx/{g}.onnx") for g in
                               ("vision_encoder", "embed_tokens", "decoder_model_merged"))
-    feed = proc(images=load_images(idx) or None, text=render(proc, text), return_tensors="np")
+    feed = proc(images=load_images(idx) or None, text=render(proc, text), return_tensors="np",
+                **bounds)
     ids = feed["input_ids"]
     embeds = embed.run(None, {"input_ids": ids})[0]
     grid = None
@@ -216,7 +226,8 @@ def record_pipeline(m, proc):
         tensors = pipe(**copy.deepcopy(args), **copy.deepcopy(call), return_tensors=True)
         ids = [ec.to_jsonable(t["generated_token_ids"]) for t in tensors]
         if "generate_kwargs" not in kwargs:
-            ort = ort_greedy(m, proc, idx, text, kwargs["max_new_tokens"])
+            bounds = {k: v for k, v in kwargs.items() if k in PROCESSOR_KWARGS}
+            ort = ort_greedy(m, proc, idx, text, kwargs["max_new_tokens"], **bounds)
             if ort != ids[0]:
                 raise SystemExit(f"{name}: onnxruntime's greedy ids {ort} != transformers' "
                                  f"{ids[0]}")

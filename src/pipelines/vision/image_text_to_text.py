@@ -18,7 +18,8 @@ token per merged patch pair), the vision encoder's features replace those tokens
 text-generation's options (``max_new_tokens``, ``num_beams``, ``do_sample`` with ``seed``,
 ``generate_kwargs``; the pipeline's default of 256 new tokens). ``return_full_text=False`` gives
 the new text only, ``return_tensors=True`` the token ids, ``token_summary=True`` each record's
-token counts; ``do_image_splitting`` overrides preprocessor_config.json (Idefics3);
+token counts; ``do_image_splitting`` (Idefics3) and ``min_pixels`` / ``max_pixels`` (Qwen2-VL)
+override preprocessor_config.json for the call, as transformers' processor kwargs do;
 ``stream=True`` (one input) yields the new text in chunks (TextStreamer's rule). A chat's images
 run through the vision encoder together, alone: a batch of chats gives what each gives alone.
 """
@@ -99,14 +100,16 @@ class ImageTextToTextPipeline(Pipeline):
     def _sanitize_parameters(self, max_new_tokens=None, generate_kwargs=None,
                              return_full_text=None, return_tensors=None,
                              clean_up_tokenization_spaces=None, continue_final_message=None,
-                             do_image_splitting=None, token_summary=False, **options):
+                             do_image_splitting=None, min_pixels=None, max_pixels=None,
+                             token_summary=False, **options):
         options = generation_options(generate_kwargs, max_new_tokens, options)
         check_options(self.task, options)
         config = GenerationConfig.from_dicts(self.generation_file, self.config,
                                              pipeline_defaults=PIPELINE_DEFAULTS, **options)
         if return_full_text is not None and return_tensors:
             raise PipelineError("return_full_text and return_tensors exclude each other")
-        pre = {"continue_final": continue_final_message, "split": do_image_splitting}
+        pre = {"continue_final": continue_final_message, "split": do_image_splitting,
+               "bounds": _pixel_bounds(min_pixels, max_pixels)}
         post = {"return_type": "tensors" if return_tensors else
                 "new_text" if return_full_text is False else "full_text",
                 "clean_up": clean_up_tokenization_spaces, "continue_final": continue_final_message,
@@ -115,7 +118,7 @@ class ImageTextToTextPipeline(Pipeline):
 
     # --- inputs --------------------------------------------------------------------------------
 
-    def preprocess(self, inputs, continue_final=None, split=None):
+    def preprocess(self, inputs, continue_final=None, split=None, bounds=None):
         """One chunk: the prompt's ids (image tokens expanded), its images' vision inputs and
         its positions (None: the token index)."""
         images = inputs.get("images")
@@ -142,7 +145,8 @@ class ImageTextToTextPipeline(Pipeline):
         if images and self.vision is None:
             raise PipelineError("This model has no vision encoder (onnx/vision_encoder*.onnx): "
                                 "give text without images")
-        expanded, vision = self.family.prepare(text, [load_image(i) for i in images], split)
+        expanded, vision = self.family.prepare(text, [load_image(i) for i in images], split,
+                                               bounds)
         bos = self.tokenizer.config.get("bos_token")
         bos = bos.get("content") if isinstance(bos, dict) else bos
         ids = self.tokenizer.encode(expanded, truncation=False, add_special_tokens=not (
@@ -353,6 +357,18 @@ def _is_chat(x):
 def _parts(message):
     content = message.get("content")
     return [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
+
+
+def _pixel_bounds(min_pixels, max_pixels):
+    """The call's image-area bounds (transformers hands them to Qwen2-VL's image processor),
+    checked: {} when neither is given."""
+    bounds = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels))
+              if v is not None}
+    for name, value in bounds.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise PipelineError(f"{name} must be a positive number of pixels (an int), got "
+                                f"{value!r}")
+    return bounds
 
 
 def _with_images(messages, images):

@@ -31,7 +31,10 @@ class Idefics3:
             (vision.get("image_size", 364) // vision.get("patch_size", 14)) ** 2
             // config.get("scale_factor", 2) ** 2))
 
-    def prepare(self, text, images, split=None):
+    def prepare(self, text, images, split=None, bounds=None):
+        if bounds:
+            raise PipelineError(f"{' / '.join(bounds)} are Qwen2-VL options: Idefics3 / SmolVLM "
+                                "splits images into tiles (do_image_splitting); drop them")
         tiles, grids = self.images.process(images, split)
         return idefics3.expand_prompt(text, grids, self.image_seq_len), tiles
 
@@ -59,12 +62,12 @@ class Qwen2VL:
         self.vision_start_token_id = config.get("vision_start_token_id")
         self.merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
 
-    def prepare(self, text, images, split=None):
+    def prepare(self, text, images, split=None, bounds=None):
         if split is not None:
             raise PipelineError("do_image_splitting is an Idefics3 / SmolVLM option: Qwen2-VL "
                                 "resizes each image whole (min_pixels / max_pixels of "
                                 "preprocessor_config.json); drop do_image_splitting")
-        pixels, grids = self.images.process(images)
+        pixels, grids = self.images.process(images, **(bounds or {}))
         counts = [] if grids is None else [self.images.tokens(g) for g in grids]
         try:
             expanded = qwen2vl.expand_prompt(text, counts)
