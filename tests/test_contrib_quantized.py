@@ -267,6 +267,24 @@ def test_matmul_nbits_refuses_a_b_that_does_not_match_its_attributes(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(16, 2, 16, 1), (16, 32), (16, 2, 4, 4)])
+def test_matmul_nbits_refuses_b_of_its_bytes_in_another_rank(backend, shape):
+    # issue 14 (fuzz 20261203:4604, :11810, :5279): B [32, 1, 16, 1] holds the right bytes
+    # for its N, K and block_size and was run; onnxruntime's PrePack takes [N, n_blocks, blob]
+    # only. [16, 2, 4, 4] is viewed as uint32 words at load (as_words): refused as well.
+    from transmuter.errors import OpError
+    inputs = nbits_inputs(64, 16, 4, 32, zp=None)
+    inputs["B"] = inputs["B"].reshape(shape)
+    model = single_node("MatMulNBits", inputs, {"Y": np.float32}, K=64, N=16, bits=4,
+                        block_size=32, constants={"B", "scales"})
+    with pytest.raises(Exception, match="does not match attribute-derived shape"):
+        run_ort(model, inputs)
+    with pytest.raises(OpError, match=r"B of shape \[16, .*\] does not match N=16, K=64.*"
+                                      r"must be \[16, 2, 16\] bytes"):
+        run_ours(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_matmul_nbits_refuses_scales_of_another_layout(backend):
     # issue 14 (fuzz 20261202:442): scales [1, 32] hold N * n_blocks values, but onnxruntime's
     # PrePack takes only [N * n_blocks] or [N, n_blocks]; we broadcast them

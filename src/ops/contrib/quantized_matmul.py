@@ -203,20 +203,24 @@ def check_zero_points(shape, packed, *, n, n_blocks, bits):
                          f"bits={bits})")
 
 
-def _check_nbits_weights(b, scales, *, k, n, bits, block_size):
-    """B holds (N, ceil(K / block_size), block_size * bits / 8) bytes (as uint8, or the uint32
-    words of as_words) and scales N * n_blocks values, as ONNX Runtime requires: another
-    layout was read as broadcast garbage."""
+def _check_nbits_weights(b, scales, words, *, k, n, bits, block_size):
+    """B is exactly [N, ceil(K / block_size), block_size * bits / 8] bytes (as uint8, or the
+    uint32 words of as_words, which divide the last axis by 4) and scales N * n_blocks values,
+    as ONNX Runtime requires (PrePack for an initializer, the kernel otherwise): another
+    layout was read as broadcast garbage, and one of the same bytes in another rank (fuzz
+    20261203:4604, B [32, 1, 16, 1]) was run where ONNX Runtime refuses it."""
     if bits not in (2, 4, 8) or block_size < 16 or block_size & (block_size - 1):
         raise ValueError(f"MatMulNBits bits={bits}, block_size={block_size}: bits must be 2, 4 "
                          "or 8 and block_size a power of two >= 16")
     n_blocks = -(-k // block_size)
-    want = n * n_blocks * block_size * bits // 8
-    got = int(np.prod(b.shape)) * np.dtype(str(b.dtype).split(".")[-1]).itemsize  # mx.uint8
-    if not b.shape or b.shape[0] != n or got != want:
-        raise ValueError(f"MatMulNBits B of shape {list(b.shape)} ({got} bytes) does not match "
-                         f"N={n}, K={k}, bits={bits}, block_size={block_size}: it must be "
-                         f"[{n}, {n_blocks}, {block_size * bits // 8}] bytes")
+    want = (n, n_blocks, block_size * bits // 8)
+    shape = tuple(b.shape)
+    if words and shape:
+        shape = shape[:-1] + (shape[-1] * 4,)
+    if shape != want:
+        raise ValueError(f"MatMulNBits B of shape {list(shape)} does not match N={n}, K={k}, "
+                         f"bits={bits}, block_size={block_size}: it must be "
+                         f"[{n}, {n_blocks}, {want[2]}] bytes")
     # ONNX Runtime's PrePack takes these two layouts only (matmul_nbits.cc; fuzz 20261202:442)
     if tuple(scales.shape) not in ((n * n_blocks,), (n, n_blocks)):
         raise ValueError(f"MatMulNBits scales of shape {list(scales.shape)} must be "
@@ -230,7 +234,8 @@ def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K
     if not a.shape or a.shape[-1] != K:
         raise ValueError(f"MatMulNBits: input A has shape {list(a.shape)}, whose last axis "
                          f"must be K = {K}")
-    _check_nbits_weights(b, scales, k=K, n=N, bits=bits, block_size=block_size)
+    _check_nbits_weights(b, scales, xp.dtype_of(b) == np.uint32, k=K, n=N, bits=bits,
+                         block_size=block_size)
     if zero_points is not None:
         check_zero_points(zero_points.shape, xp.dtype_of(zero_points) == np.uint8, n=N,
                           n_blocks=-(-K // block_size), bits=bits)
