@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.contrib_graphs import BACKENDS, check, run_ours, single_node
+from tests.contrib_graphs import BACKENDS, check, run_ort, run_ours, single_node
 
 RNG = np.random.default_rng(0)
 F32 = np.float32
@@ -34,6 +34,31 @@ def test_simplified_layer_normalization(backend, dtype):
     contrib = single_node("SimplifiedLayerNormalization", inputs, {"Y": dtype}, epsilon=1e-6)
     np.testing.assert_array_equal(run_ours(contrib, inputs, backend)["Y"],
                                   run_ours(model, inputs, backend)["Y"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("axis", [1, -2])
+def test_simplified_layer_normalization_over_the_last_two_axes(backend, axis):
+    inputs = {"X": x(2, 3, 16), "scale": x(3, 16)}
+    model = single_node("SimplifiedLayerNormalization", inputs, {"Y": F32}, domain="",
+                        axis=axis, epsilon=1e-6)
+    check(model, inputs, backend, **tol(F32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("axis", [3, 7, -4, 2**31 - 1, 2**40])
+def test_simplified_layer_normalization_refuses_an_axis_past_the_rank(backend, axis):
+    # issue 14 (fuzz 20261203:3282, :9780, :11782: axis 7, 2^40, 2^31 - 1 on llama's rank-3
+    # hidden states normalized no axis); onnxruntime's shape inference refuses it at load
+    from transmuter.errors import OpError
+    inputs = {"X": x(2, 3, 16), "scale": x(16)}
+    model = single_node("SimplifiedLayerNormalization", inputs, {"Y": F32}, domain="",
+                        axis=axis)
+    with pytest.raises(Exception, match="is not in valid range"):
+        run_ort(model, inputs)
+    with pytest.raises(OpError, match=rf"axis {axis} is out of range for an input of rank 3: "
+                                      r"it must be in \[-3, 2\]"):
+        run_ours(model, inputs, backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

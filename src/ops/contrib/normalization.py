@@ -8,14 +8,16 @@ import numpy as np
 
 from ..attention import f32
 from ..bounds import Along
-from ..nn import layer_normalization as _layer_normalization_17
+from ..nn import _axis, layer_normalization as _layer_normalization_17
 from ..registry import op
 
 MS = "com.microsoft"
 
 
 def _rms(xp, x, scale, axis, epsilon):
-    axis = axis + x.ndim if axis < 0 else axis
+    # an axis past the rank normalized no axis (fuzz 20261203:3282, :9780, :11782: axis 7 or
+    # 2^31 - 1 on a rank-3 input); onnxruntime's shape inference refuses it
+    axis = _axis(axis, x)
     xf = f32(xp, x)
     ms = xp.mean(xf * xf, axis=tuple(range(axis, x.ndim)), keepdims=True)
     inv = 1 / xp.sqrt(ms + np.float32(epsilon))
