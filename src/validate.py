@@ -20,7 +20,7 @@ import onnx
 import onnx.helper
 import onnx.shape_inference
 
-from . import contrib_check
+from . import contrib_check, declared_types
 from .errors import ModelLoadError
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -43,6 +43,7 @@ def validate(proto: onnx.ModelProto):
     """Raise ModelLoadError with the first reason ``proto`` is not a valid ONNX model."""
     _check_opsets(proto)
     _check_strings(proto.graph)
+    declared_types.check(proto.graph)
     _check_graph(proto.graph, outer=frozenset(), sources=frozenset())
     opsets = {("" if e.domain in DEFAULT_DOMAINS else e.domain): e.version
               for e in proto.opset_import}

@@ -96,6 +96,21 @@ def unsorted_sqrt_of_int64():
                       [info("i", T.INT64, [1])], [info("z", T.INT64, [1])])
 
 
+def typed(where, change):
+    """z = Relu(Relu(x)) with ``change`` made to the TypeProto of its input, its output or a
+    value_info entry named ``where`` (t is the inner Relu's output; fuzz 20261203:2410, :9393, :5323: flipped bytes in the
+    llama q4 file's types)."""
+    model = make_model([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Relu", ["t"],
+                                                                                 ["z"])],
+                       [X], [info("z", T.FLOAT, [2])])
+    value = {"input": model.graph.input, "output": model.graph.output}.get(where)
+    if value is None:
+        model.graph.value_info.append(info(where, T.FLOAT, [2]))
+        value = model.graph.value_info
+    change(value[0].type)
+    return model
+
+
 def invalid_utf8_domain():
     """A flipped byte in a node's domain (fuzz 20261202:1376): protobuf hands it back as bytes."""
     model = one_node("Relu", ["x"])
@@ -202,6 +217,24 @@ CASES = {
                            [X], [info("z", T.FLOAT, [2])], {"g": np.ones(2, np.float32)}),
         r"attribute 'stash_type' is of INTS, where SimplifiedLayerNormalization takes an "
         "integer"),
+    "a value_info of element type 0": (  # fuzz 20261203:2410
+        lambda: typed("t", lambda t: setattr(t.tensor_type, "elem_type", 0)),
+        r"value_info of 't' declares element type 0, which names no ONNX data type"),
+    "a value_info whose element type is missing": (  # fuzz 20261203:9393
+        lambda: typed("t", lambda t: t.tensor_type.ClearField("elem_type")),
+        r"value_info of 't' declares element type 0"),
+    "a value_info of a sequence of element type 99": (
+        lambda: typed("t", lambda t: t.sequence_type.elem_type.tensor_type.SetInParent()
+                      or setattr(t.sequence_type.elem_type.tensor_type, "elem_type", 99)),
+        r"value_info of 't' declares element type 99"),
+    "a graph input with no type": (  # fuzz 20261203:5323: attention_mask's type {}
+        lambda: typed("input", lambda t: t.Clear()), r"Graph input 'x' has no type"),
+    "a graph input of element type 0": (
+        lambda: typed("input", lambda t: t.tensor_type.ClearField("elem_type")),
+        r"Graph input 'x' declares element type 0"),
+    "a graph output of element type 0": (
+        lambda: typed("output", lambda t: t.tensor_type.ClearField("elem_type")),
+        r"Graph output 'z' declares element type 0"),
     "an If branch out of topological order": (
         unsorted_branch, r"'Relu' \(Relu\) reads 'u' before the node of graph 'then' that makes"),
     "an If branch writing an outer graph's input": (  # fuzz: gpt2's branch writing input_ids
@@ -244,6 +277,18 @@ def test_lenient_where_onnxruntime_is_a_contrib_node_without_its_import():
     want = ort.InferenceSession(model.SerializeToString()).run(None, feed)[0]
     got = transmuter.run(transmuter.load(model), feed)["z"]
     np.testing.assert_allclose(got, want, atol=1e-6)  # FastGelu's tanh approximation, f32
+
+
+@pytest.mark.parametrize("model", [
+    lambda: typed("unused", lambda t: t.tensor_type.ClearField("elem_type")),
+    lambda: typed("t", lambda t: t.Clear()), lambda: typed("output", lambda t: t.Clear())],
+    ids=["value_info of no node's value", "value_info with no type", "output with no type"])
+def test_lenient_where_onnxruntime_is_declared_types_it_ignores(model):
+    """ONNX Runtime ignores a value_info entry that names no node's value or has no type, and
+    takes a graph output declared with no type: so do we (declared_types.py)."""
+    feed = {"x": np.array([-1, 2], np.float32)}
+    want = ort.InferenceSession(model().SerializeToString()).run(None, feed)[0]
+    np.testing.assert_array_equal(transmuter.run(transmuter.load(model()), feed)["z"], want)
 
 
 def test_a_valid_model_still_loads_and_runs():
