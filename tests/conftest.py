@@ -17,6 +17,7 @@ SLOW_TESTS = {
     "tests/test_pipelines_image_to_text.py::test_matches_recorded_pipeline[trocr-jax]",
     "tests/test_pipelines_image_to_text.py::test_matches_recorded_pipeline"
     "[vision-encoder-decoder-jax]",
+    "tests/test_pipelines_image_to_text.py::test_a_split_decoder_matches_the_merged_record[jax]",
     "tests/test_pipelines_grounding_dino.py::test_matches_recorded_pipeline[jax]",
     "tests/test_pipelines_grounding_dino.py::test_grounded_matches_recorded_processor[jax]",
     "tests/test_pipelines_mask_generation.py::test_prompts_match_transformers[jax]",

@@ -1,7 +1,8 @@
 """image-to-text (pipelines/vision/image_to_text.py) against transformers' ImageToTextPipeline on
 the PyTorch models (references/pipeline_image-to-text.json, tests/support/record_image_to_text.py):
 the vision-encoder-decoder (ViT + GPT-2) and trocr (DeiT + TrOCR) fixtures, every recorded case on
-JAX and MLX. Texts must be identical, and so must the token ids generate returned (the random
+JAX and MLX (and the vision-encoder-decoder-split fixture, the same weights as optimum's unmerged
+decoder pair, against the merged fixture's record). Texts must be identical, and so must the token ids generate returned (the random
 models' texts are full of undecodable bytes, so ids are the sharper check). Also: the generation
 settings transformers resolved, a batch equals one by one, the encoder runs once per image, a
 seed repeats a sampled text, and bad inputs are clear errors."""
@@ -71,6 +72,22 @@ def test_matches_recorded_pipeline(fixture, backend):
     p = pipe(fixture, backend)
     for case in ref["cases"]:
         outs, ids = run(p, fixture, case)
+        assert outs == case["outputs"], case["name"]
+        want = [[trimmed(s, pad) for s in call] for call in case["token_ids"]]
+        assert [[trimmed(s, pad) for s in call] for call in ids] == want, case["name"]
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_a_split_decoder_matches_the_merged_record(backend):
+    """vision-encoder-decoder-split holds the same weights with optimum's unmerged pair
+    (decoder_model + decoder_with_past_model; families_image_to_text_split.py checked its logits
+    equal the merged decoder's): transformers' record of the merged fixture is its reference."""
+    ref = pipeline_reference("vision-encoder-decoder", TASK)
+    pad = ref["generation_config"]["pad_token_id"]
+    p = transmuter.pipeline(TASK, ROOT / "vision-encoder-decoder-split", backend=backend)
+    assert not any(v.name.startswith("past_key_values") for v in p.model.inputs)  # the pair
+    for case in ref["cases"]:
+        outs, ids = run(p, "vision-encoder-decoder", case)
         assert outs == case["outputs"], case["name"]
         want = [[trimmed(s, pad) for s in call] for call in case["token_ids"]]
         assert [[trimmed(s, pad) for s in call] for call in ids] == want, case["name"]

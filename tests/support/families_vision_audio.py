@@ -1225,12 +1225,12 @@ def gpt2_tokenizer(tmp: Path):
     return GPT2TokenizerFast.from_pretrained(tmp / "gpt2_tok_slow")
 
 
-def build_vision_encoder_decoder():
+def vision_encoder_decoder_model(tmp: Path):
+    """(model, image processor, tokenizer) of the vision-encoder-decoder fixture (seeded: the
+    same weights each call; families_image_to_text_split.py exports them again)."""
     from transformers import (GenerationConfig, GPT2Config, ViTConfig, ViTImageProcessor, VisionEncoderDecoderConfig,
                               VisionEncoderDecoderModel)
 
-    fx = fresh_fixture("vision-encoder-decoder")
-    tmp = tmpdir()
     tok = gpt2_tokenizer(tmp)
     eos = tok.eos_token_id
     enc = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
@@ -1248,6 +1248,14 @@ def build_vision_encoder_decoder():
                                                pad_token_id=eos, max_length=16)
     proc = ViTImageProcessor(do_resize=True, size={"height": 32, "width": 32}, resample=2, do_rescale=True,
                              do_normalize=True, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+    return model, proc, tok
+
+
+def build_vision_encoder_decoder():
+    fx = fresh_fixture("vision-encoder-decoder")
+    tmp = tmpdir()
+    model, proc, tok = vision_encoder_decoder_model(tmp)
+    eos = tok.eos_token_id
     d = save_model_dir(model, tmp, proc, tok)
     out = export_main(d, tmp / "out", "image-to-text-with-past", 18)
     move_onnx(out, fx, {"encoder_model.onnx": "encoder_model.onnx",

@@ -44,6 +44,7 @@ time "$EXPORT" tests/support/families_audio_clap_split.py  # clap-split: the cla
 time "$EXPORT" tests/support/families_audio_moonshine.py  # moonshine: encoder + merged decoder, ASR cases on the speech
 time "$EXPORT" tests/support/families_image_to_text.py  # trocr: DeiT + TrOCR decoder, encoder + merged decoder
 time "$EXPORT" tests/support/record_image_to_text.py  # image-to-text pipeline cases: rebuilds vision-encoder-decoder and trocr
+time "$EXPORT" tests/support/families_image_to_text_split.py  # vision-encoder-decoder-split: its weights as the unmerged decoder pair
 time "$EXPORT" tests/support/families_florence2.py  # florence2: DaViT + BART, vision_encoder + embed_tokens + encoder_model + decoder_model_merged (torch.onnx)
 time "$EXPORT" tests/support/record_florence2.py  # its generate / post_process_generation references (rebuilds the model)
 time "$EXPORT" tests/support/families_idefics3.py  # idefics3: SmolVLM-shaped, vision_encoder + embed_tokens + decoder_model_merged (torch.onnx)

@@ -59,7 +59,8 @@ class ImageToTextPipeline(VisionPipeline):
 
     @staticmethod
     def onnx_component(repo):
-        return "decoder_model_merged"
+        """The merged decoder, else a split pair's decoder_model (hub.Repo.decoder_component)."""
+        return repo.decoder_component()
 
     def _sanitize_parameters(self, max_new_tokens=None, generate_kwargs=None, prompt=None,
                              **options):
