@@ -23,7 +23,8 @@ from ...generation import GenerationConfig
 from ...generation.config import check_options
 from .. import encoder_decoder
 from ..base import PipelineError
-from .whisper_fallback import Fallback, conditioned, generate_with_fallback
+from .whisper_fallback import Fallback, generate_with_fallback
+from .whisper_prompt_ids import GivenPrompt
 
 # transformers' AutomaticSpeechRecognitionPipeline._default_generation_config
 PIPELINE_DEFAULTS = {"max_new_tokens": 256, "num_beams": 5}
@@ -54,6 +55,7 @@ class Head:
     def sanitize(self, return_timestamps, return_language, options):
         whisper = {k: options.pop(k) for k in WHISPER_OPTIONS if k in options}
         fallback = Fallback.from_options(options, self.file)
+        prompt = GivenPrompt.from_options(options, fallback, int(self.config["vocab_size"]))
         check_options(self.pipe.task, options)
         if return_timestamps is None:
             return_timestamps = self.file.get("return_timestamps") or None
@@ -73,7 +75,7 @@ class Head:
         task = self._task_id(whisper.get("task"))
         fwd = {"config": config, "language": language, "task": task,
                "timestamps": bool(return_timestamps), "words": return_timestamps == "word",
-               "fallback": fallback}
+               "fallback": fallback, "prompt": prompt}
         return fwd, {"timestamps": return_timestamps or None, "language": return_language}
 
     def _language_id(self, language):
@@ -120,11 +122,13 @@ class Head:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def forward(self, chunks, config, language, task, timestamps, words=False, fallback=None):
+    def forward(self, chunks, config, language, task, timestamps, words=False, fallback=None,
+                prompt=GivenPrompt()):
         """transformers' seek loop (``WhisperGenerationMixin.generate``): each row's features
         are cut into windows of ``num_segment_frames``, zero-padded; a window's tokens up to its
         last timestamp pair are kept, and the next window starts at that timestamp (or after the
-        window). A short clip is one window; without timestamps, every window is."""
+        window). A short clip is one window; without timestamps, every window is. A given
+        ``prompt`` (whisper_prompt_ids.py) goes before each window's start tokens."""
         features = [c["audio"]["input_features"] for c in chunks]
         frames = [f.shape[-1] for f in features]
         window = self.num_segment_frames
@@ -134,7 +138,9 @@ class Head:
                 "predicts timestamp tokens): pass return_timestamps=True, or chunk_length_s to "
                 "cut it into windows")
         seek, stamps = [0] * len(chunks), [[] for _ in chunks]
-        kept_windows = [[] for _ in chunks]  # each row's kept tokens, window by window
+        # each row's kept tokens, window by window, after what it holds from the prompt
+        given = prompt.first_windows(self.file.get("prev_sot_token_id"))
+        kept_windows = [list(given) for _ in chunks]
         condition = [fallback.condition_on_prev_tokens] * len(chunks)
         prompts = None
         processors = self._processors(config, timestamps)
@@ -146,7 +152,7 @@ class Head:
                                     for b, n in zip(rows, spans)])
             if prompts is None:  # the language is detected once, on the first window
                 prompts = self._prompts(encoded, config, language, task, timestamps)
-            window_prompts = [conditioned(self, prompts[b], kept_windows[b], condition[b])
+            window_prompts = [prompt.window(self, prompts[b], kept_windows[b], condition[b])
                               for b in rows]
             self._check_length(max(window_prompts, key=len), config)
             generated, skip, used = generate_with_fallback(self, window_prompts, config,
@@ -167,7 +173,7 @@ class Head:
                     stamps[b].append(times[i][at:at + len(kept)] + seek[b] * 0.02 / 2)
                 kept_windows[b].append(kept)
                 seek[b] += advance
-        out = [{"tokens": np.array([sum(w, [])], np.int64), "stride": c["stride"]}
+        out = [{"tokens": np.array([sum(w[len(given):], [])], np.int64), "stride": c["stride"]}
                for c, w in zip(chunks, kept_windows)]
         if words:
             for o, parts in zip(out, stamps):
@@ -243,9 +249,10 @@ class Head:
         limit = self.config.get("max_target_positions")
         new = config.max_new_tokens or 0
         if limit and new + len(prompt) > limit:
-            raise PipelineError(f"The prompt's {len(prompt)} tokens and max_new_tokens={new} "
-                                f"exceed Whisper's {limit} decoder positions: reduce "
-                                "max_new_tokens")
+            raise PipelineError(f"The decoder's {len(prompt)} input tokens (start tokens, "
+                                f"prompt_ids and previous text) and max_new_tokens={new} "
+                                f"exceed Whisper's {limit} decoder positions: shorten "
+                                "prompt_ids or reduce max_new_tokens")
 
     def _segment(self, ids, frames):
         """(tokens kept, frames to advance) of a window of ``frames`` frames, as

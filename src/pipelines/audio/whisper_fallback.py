@@ -143,18 +143,27 @@ def segments(ids, timestamp_begin):
     return out
 
 
-def conditioned(head, prompt, windows, condition):
-    """``prompt`` after ``<|startofprev|>`` and the text kept so far, when the row
-    conditions on it (module docstring)."""
+def conditioned(head, prompt, windows, condition, bos=None):
+    """``prompt`` after ``<|startofprev|>`` (or ``bos``: a given prompt of ``all-segments``)
+    and the text kept so far, when the row conditions on it (module docstring)."""
     if not (condition and windows) or head.no_timestamps is None:
         return prompt
-    prev = head.file.get("prev_sot_token_id")
-    if prev is None:  # transformers' fallback: the second last suppressed token
-        suppressed = head.file.get("suppress_tokens") or []
-        prev = suppressed[-2] if len(suppressed) >= 2 else None
+    if bos is None:
+        prev = prev_sot(head.file)
+        bos = [int(prev)] if prev is not None else []
     limit = int(head.config["max_target_positions"]) // 2 - 1
     text = previous_text(windows, head.no_timestamps + 1, limit)
-    return ([int(prev)] if prev is not None else []) + text + prompt
+    return list(bos) + text + prompt
+
+
+def prev_sot(file):
+    """``<|startofprev|>``: the generation config's, else (as transformers) the second last
+    suppressed token."""
+    prev = file.get("prev_sot_token_id")
+    if prev is None:
+        suppressed = file.get("suppress_tokens") or []
+        prev = suppressed[-2] if len(suppressed) >= 2 else None
+    return prev
 
 
 def generate_with_fallback(head, prompts, config, encoded, processors, fallback):
