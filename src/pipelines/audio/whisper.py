@@ -45,7 +45,9 @@ class Head:
         self.lang_to_id = self.file.get("lang_to_id") or {}
         self.task_to_id = self.file.get("task_to_id") or {}
         self.no_timestamps = self.file.get("no_timestamps_token_id")
-        # per decoder layer, in order: what word timestamps align (whisper_words.py)
+        self.decoder_file = (getattr(model, "origin", None) or (None, None))[1]
+        # per decoder layer, in order: what word timestamps align (whisper_words.py); a split
+        # pair's are its decoder_model's, which _cross_attentions runs
         self.attention_outputs = sorted(
             (v.name for v in model.outputs if v.name.startswith("cross_attentions.")),
             key=lambda n: int(n.rsplit(".", 1)[1]))
@@ -63,10 +65,7 @@ class Head:
             raise PipelineError("Whisper returns segment timestamps (return_timestamps=True) or "
                                 f"word timestamps ('word'), got {return_timestamps!r}")
         if return_timestamps == "word" and not self.attention_outputs:
-            raise PipelineError("return_timestamps='word' needs an export whose decoder also "
-                                "outputs its cross-attentions (cross_attentions.*, as the "
-                                "'timestamped' Whisper exports of transformers.js); this one "
-                                "does not: use return_timestamps=True for segment timestamps")
+            raise PipelineError(self._no_attentions_message())
         config = GenerationConfig.from_dicts(self.file, self.config,
                                              pipeline_defaults=PIPELINE_DEFAULTS, **options)
         if config.pad_token_id is None:
@@ -77,6 +76,21 @@ class Head:
                "timestamps": bool(return_timestamps), "words": return_timestamps == "word",
                "fallback": fallback, "prompt": prompt}
         return fwd, {"timestamps": return_timestamps or None, "language": return_language}
+
+    def _no_attentions_message(self):
+        """Which file word timestamps need: the first decoder call's graph (the merged decoder,
+        or a split pair's decoder_model, which the alignment is read from) with outputs
+        cross_attentions.*."""
+        name = str(self.decoder_file).replace("\\", "/").rsplit("/", 1)[-1] \
+            if self.decoder_file else "the decoder"
+        split = self.generator.decoder.layout.first_presents is not None
+        wanted = "onnx/decoder_model.onnx (with its decoder_with_past_model.onnx)" if split else \
+            "onnx/decoder_model_merged.onnx"
+        return (f"return_timestamps='word' reads the alignment heads' cross-attentions, and {name} "
+                "has no cross_attentions.* outputs: use an export whose "
+                f"{wanted} outputs them (the 'timestamped' Whisper repos of transformers.js / "
+                "onnx-community, e.g. onnx-community/whisper-base_timestamped), or "
+                "return_timestamps=True for segment timestamps")
 
     def _language_id(self, language):
         """transformers' language_to_id: a token ("<|fr|>"), a code ("fr") or a name
