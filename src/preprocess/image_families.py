@@ -46,9 +46,19 @@ class _Resized(ImageProcessor):
         if do_center_crop:
             require(self.crop_size, ("height", "width"), self.name, "crop_size")
 
+    def transform_image(self, image):
+        """Resize the PIL image itself, unless a subclass's own transform takes the array."""
+        if not self.do_resize or type(self).transform is not _Resized.transform:
+            return super().transform_image(image)
+        return self.after_resize(T.resize(image, self.output_size((image.height, image.width)),
+                                          self.resample))
+
     def transform(self, pixels):
         if self.do_resize:
             pixels = T.resize(pixels, self.output_size(pixels.shape[:2]), self.resample)
+        return self.after_resize(pixels)
+
+    def after_resize(self, pixels):
         if self.do_center_crop:
             pixels = T.center_crop(pixels, (self.crop_size["height"], self.crop_size["width"]))
         return self.rescale_normalize(pixels), pixels.shape[:2]

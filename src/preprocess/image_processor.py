@@ -146,18 +146,23 @@ class ImageProcessor:
     # ---- one image -------------------------------------------------------------------------
 
     def __call__(self, image):
-        pixels = self._pixels(image)
-        original = pixels.shape[:2]
-        out, size = self.transform(pixels)
+        image = self._rgb(image)
+        out, size = self.transform_image(image)
         features = {"pixel_values": np.ascontiguousarray(out.transpose(2, 0, 1), np.float32),
-                    "original_size": tuple(int(v) for v in original),
+                    "original_size": (image.height, image.width),
                     "size": tuple(int(v) for v in size)}
         return self.finish(features)
 
-    def _pixels(self, image):
-        """(H, W, 3) uint8 as transformers' to_numpy_array sees it: a PIL image as given (converted
-        to RGB only where the family's do_convert_rgb says so, as its preprocess does); anything
-        else through load_image (as transformers' pipelines do)."""
+    def transform_image(self, image):
+        """`transform` of an RGB PIL image. A family whose first step is Pillow's resize resizes
+        the PIL image itself (the pixels transformers gets from its array, without copying the
+        full-size image out to NumPy and back: a third of a ViT's preprocessing on a photo)."""
+        return self.transform(np.asarray(image))
+
+    def _rgb(self, image):
+        """The RGB PIL image whose (H, W, 3) uint8 array transformers' to_numpy_array sees: a PIL
+        image as given (converted to RGB only where the family's do_convert_rgb says so, as its
+        preprocess does); anything else through load_image (as transformers' pipelines do)."""
         if not isinstance(image, PIL.Image.Image):
             from .image import load_image
 
@@ -168,7 +173,7 @@ class ImageProcessor:
             raise InputError(f"{self.name} takes RGB images (it does not convert, as transformers' "
                              f"does not), got a PIL image in mode {image.mode!r}: pass it through "
                              "load_image() or .convert('RGB') first")
-        return np.asarray(image)
+        return image
 
     def transform(self, pixels):
         """(H, W, 3) uint8 -> ((H', W', C) array, (h, w) before padding). Family specific."""
@@ -181,11 +186,27 @@ class ImageProcessor:
     # ---- shared steps, in transformers' order of rescale then normalize ------------------------
 
     def rescale_normalize(self, image):
+        """Rescale then normalize. On uint8 pixels each output is a function of one byte and its
+        channel, so the steps run once on the 256 values of each channel (the same operations in
+        the same dtypes: the same bits) and the image looks them up, 5-10x faster."""
+        if image.dtype == np.uint8 and (self.do_rescale or self.do_normalize):
+            return T.lookup(image, self._table(image.shape[-1]))
+        return self._rescale_normalize(image)
+
+    def _rescale_normalize(self, image):
         if self.do_rescale:
             image = T.rescale(image, self.rescale_factor)
         if self.do_normalize:
             image = T.normalize(image, self.image_mean, self.image_std)
         return image
+
+    def _table(self, channels):
+        """(256, channels): what rescale_normalize makes of each byte value in each channel."""
+        tables = self.__dict__.setdefault("_tables", {})
+        if channels not in tables:
+            values = np.repeat(np.arange(256, dtype=np.uint8)[:, None], channels, axis=1)
+            tables[channels] = self._rescale_normalize(values[None])[0]
+        return tables[channels]
 
     def read_common(self, *, do_rescale, rescale_factor, do_normalize=False, image_mean=None,
                     image_std=None, default_mean=None, default_std=None):

@@ -25,19 +25,34 @@ def check_resample(resample, processor):
 
 
 def resize(image, size, resample):
-    """transformers.image_transforms.resize on uint8 pixels: to_pil_image (one channel squeezed),
-    PIL `Image.resize((width, height), resample)`, back to an (H, W, C) uint8 array. Every
+    """transformers.image_transforms.resize on uint8 pixels (or an RGB PIL image, whose array they
+    are): to_pil_image (one channel squeezed), PIL `Image.resize((width, height), resample)`, back
+    to an (H, W, C) uint8 array. Every
     processor here resizes before it rescales, so pixels are still uint8 (the float path of
     to_pil_image, which scales by 255 and truncates, is never taken)."""
-    if image.dtype != np.uint8:
+    if isinstance(image, PIL.Image.Image):  # an RGB image: the pixels of its array, uncopied
+        pil, shape = image, (image.height, image.width)
+    elif image.dtype != np.uint8:
         raise TypeError(f"resize expects uint8 pixels, got {image.dtype}")  # internal invariant
+    else:
+        pil, shape = PIL.Image.fromarray(image[:, :, 0] if image.shape[-1] == 1 else image), \
+            image.shape
     height, width = size
     if height <= 0 or width <= 0:  # Pillow: "height and width must be > 0"
-        raise InputError(f"An image of {image.shape[0]}x{image.shape[1]} pixels would be resized "
+        raise InputError(f"An image of {shape[0]}x{shape[1]} pixels would be resized "
                          f"to {height}x{width}: its aspect ratio is too extreme for this processor")
-    pil = PIL.Image.fromarray(image[:, :, 0] if image.shape[-1] == 1 else image)
     out = np.asarray(pil.resize((width, height), resample=resample))
     return out[:, :, None] if out.ndim == 2 else out
+
+
+def lookup(image, table):
+    """``table[v, c]`` for each pixel value v of channel c of an (H, W, C) uint8 image: (H, W, C),
+    a view of a (C, H, W) array (the layout the model takes, so moving channels first is free)."""
+    channels = image.transpose(2, 0, 1)
+    out = np.empty(channels.shape, table.dtype)
+    for c, plane in enumerate(channels):
+        np.take(table[:, c], plane, out=out[c])
+    return out.transpose(1, 2, 0)
 
 
 def rescale(image, scale):
