@@ -2,7 +2,8 @@
 against transformers' pipeline on the whisper fixture's torch model
 (references/whisper_prompt_ids.json, recorded by tests/support/record_whisper_prompt_ids.py):
 short form (greedy, timestamps, beams, detected language, a batch, chunked) and sequential long
-form with and without ``condition_on_prev_tokens``, both condition types.
+form with and without ``condition_on_prev_tokens``, both condition types; word timestamps with
+a prompt on whisper-timestamped (the prompt counts in the alignment's input rows).
 
 Compared: the outputs (texts identical, timestamps within 1e-4 as every audio case), the token
 ids generate returned (the prompt stripped: identical), and every window's decoder input ids
@@ -34,11 +35,12 @@ ERRORS = {"longform_all_segments_without_condition_is_an_error": "condition_on_p
 _PIPES = {}
 
 
-def pipe(backend):
-    if backend not in _PIPES:
-        _PIPES[backend] = transmuter.pipeline("automatic-speech-recognition", ROOT / "whisper",
-                                              backend=backend, variant="fp32")
-    return _PIPES[backend]
+def pipe(backend, fixture="whisper"):
+    if (backend, fixture) not in _PIPES:
+        _PIPES[backend, fixture] = transmuter.pipeline("automatic-speech-recognition",
+                                                       ROOT / fixture, backend=backend,
+                                                       variant="fp32")
+    return _PIPES[backend, fixture]
 
 
 def run_case(p, case, monkeypatch):
@@ -77,7 +79,7 @@ def rows(entries):
 @pytest.mark.parametrize("name", RUNS)
 def test_matches_transformers(name, backend, monkeypatch):
     case = CASES[name]
-    out, tokens, inputs = run_case(pipe(backend), case, monkeypatch)
+    out, tokens, inputs = run_case(pipe(backend, case["fixture"]), case, monkeypatch)
     assert_close(out, case["outputs"], TOL, name)
     # transformers' token ids: one list per pipeline call, one entry per generate call
     assert rows(tokens) == [row for call in case["token_ids"] for entry in call for row in entry]

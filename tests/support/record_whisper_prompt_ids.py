@@ -16,6 +16,9 @@ generate returned (token_ids, as record_audio_pipelines' WhisperSpy) and, per wi
 decoder input ids generate was given (``decoder_inputs``: prompt, previous text and start
 tokens, from ``_prepare_decoder_input_ids``).
 
+Word timestamps with a prompt run on whisper-timestamped's model (the same weights, eager
+attention; ``"fixture": "whisper-timestamped"`` in their cases).
+
 Writes tests/fixtures/whisper/references/whisper_prompt_ids.json.
 
     ~/.cache/transmuter-tests/venv-export/bin/python tests/support/record_whisper_prompt_ids.py
@@ -31,6 +34,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record_audio_pipelines as rap  # noqa: E402  (sets the offline environment first)
+import shutil  # noqa: E402
+
+import families_vision_audio as fva  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
@@ -126,30 +132,55 @@ def prepare_cases(model, prompts: dict) -> list[dict]:
     return out
 
 
+def word_cases_to_run():
+    """On whisper-timestamped's model (eager attention: generate's cross-attentions): word
+    timestamps with a prompt, whose tokens count in generate's num_input_ids."""
+    word = {"return_timestamps": "word"}
+    return [
+        ("word_timestamps", SHORT, TEXTS["short"], {"generate_kwargs": EN, **word}, {}),
+        ("word_timestamps_longform_condition_first_segment", LONGFORM, TEXTS["long"],
+         {"generate_kwargs": {**EN, "condition_on_prev_tokens": True, "temperature": 0.0}, **word}, {}),
+    ]
+
+
+def record(model, fixture, todo) -> list[dict]:
+    p = rap.pipeline_for(fixture, "automatic-speech-recognition", model)
+    p.tokenizer.pad_token_id = model.config.eos_token_id  # for the batch case (record_audio_pipelines)
+    spy, inputs = rap.WhisperSpy(model, p.tokenizer), InputSpy(model)
+    cases = []
+    for name, audio, text, call_kwargs, extra in todo:
+        prompt = p.tokenizer.get_prompt_ids(text, return_tensors="pt")
+        kwargs = dict(call_kwargs, generate_kwargs=dict(call_kwargs["generate_kwargs"], prompt_ids=prompt))
+        case = rap.run_case(p, name, audio, kwargs, hooks=spy, **extra)
+        case.update(fixture=fixture, prompt_text=text, decoder_inputs=inputs.take())
+        cases.append(case)
+    spy.close()
+    del model._prepare_decoder_input_ids
+    return cases
+
+
 def main() -> int:
     transformers.logging.set_verbosity_error()
     model = rap.rebuild_whisper()
     rap.check_configs("whisper", model)
     check = rap.check_whisper_onnx(rap.FIXTURES / "whisper", model)
+    cases = record(model, "whisper", cases_to_run())
     p = rap.pipeline_for("whisper", "automatic-speech-recognition", model)
-    p.tokenizer.pad_token_id = model.config.eos_token_id  # for the batch case (record_audio_pipelines)
-    spy, inputs = rap.WhisperSpy(model, p.tokenizer), InputSpy(model)
-    cases = []
-    for name, audio, text, call_kwargs, extra in cases_to_run():
-        prompt = p.tokenizer.get_prompt_ids(text, return_tensors="pt")
-        kwargs = dict(call_kwargs, generate_kwargs=dict(call_kwargs["generate_kwargs"], prompt_ids=prompt))
-        case = rap.run_case(p, name, audio, kwargs, hooks=spy, **extra)
-        case["prompt_text"] = text
-        case["decoder_inputs"] = inputs.take()
-        cases.append(case)
-    spy.close()
+    tmp = fva.tmpdir()
+    try:
+        eager, _, _ = fva._whisper(tmp, attn="eager")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    eager.eval()
+    check_eager = rap.check_whisper_onnx(rap.FIXTURES / "whisper", eager)
+    cases += record(eager, "whisper-timestamped", word_cases_to_run())
     prepared = prepare_cases(model, {t: p.tokenizer.get_prompt_ids(t, return_tensors="pt") for t in TEXTS.values()})
     for c in cases:
         c["generate_kwargs"] = c["call_kwargs"].get("generate_kwargs")
     path = rap.FIXTURES / "whisper" / "references" / "whisper_prompt_ids.json"
     head = json.dumps({"task": "automatic-speech-recognition", "notes": NOTES,
                        "setup": "pipe.tokenizer.pad_token_id = model.config.eos_token_id",
-                       "torch_vs_onnx_max_abs_diff": check,
+                       "torch_vs_onnx_max_abs_diff": check, "eager_torch_vs_onnx_max_abs_diff": check_eager,
                        "prepare_call": "WhisperForConditionalGeneration._prepare_decoder_input_ids(...) on "
                                        "made-up segments (prepare_cases)"}, indent=1)[:-2]
     lines = lambda items: ",\n  ".join(json.dumps(rap.jsonable(c), separators=(",", ":")) for c in items)  # noqa: E731
