@@ -35,6 +35,10 @@ LENIENT = ("existing shape differ", "No opset import for domain",
 # the newest opset of each standard domain that the installed onnx defines
 NEWEST = {"": onnx.defs.onnx_opset_version(),
           "ai.onnx.ml": max(row[3] for row in onnx.helper.VERSION_TABLE if row[3])}
+# optional inputs that ONNX Runtime's kernel refuses when named '' (the spec's way to omit one)
+# rather than left out: Squeeze's axes (fuzz 20261203:4733, gpt2's branch; checked against
+# onnxruntime 1.32 for the ops with optional inputs the Hub's exports use: only this one)
+EMPTY_REFUSED = {("Squeeze", 1): "'Axes input is null'"}
 # ONNX Runtime's contrib domain has one version: it refuses a model importing another
 CONTRIB_OPSETS = {"com.microsoft": 1}
 
@@ -100,6 +104,10 @@ def _check_counts(node, schema):
         if not name and formal.option == onnx.defs.OpSchema.FormalParameterOption.Single:
             raise ModelLoadError(f"{_label(node)} leaves input {i} ({formal.name!r}) empty, "
                                  f"which {node.op_type} requires")
+        if not name and (node.op_type, i) in EMPTY_REFUSED:
+            raise ModelLoadError(f"{_label(node)} names its optional input {i} "
+                                 f"({formal.name!r}) as '', which ONNX Runtime refuses "
+                                 f"({EMPTY_REFUSED[node.op_type, i]}): leave the input out")
     for what, n, lo, hi in (("inputs", inputs, schema.min_input, schema.max_input),
                             ("outputs", len(node.output), schema.min_output,
                              schema.max_output)):

@@ -398,3 +398,26 @@ def test_a_cast_to_type_0_in_a_branch_is_refused_at_load(backend):
     with pytest.raises(ModelLoadError, match=r"'Cast' \(Cast\): attribute 'to' is 0, where "
                                              "Cast takes a TensorProto data type"):
         transmuter.load(model, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_squeeze_axes_named_empty_is_refused_at_load(backend):
+    # issue 14 (fuzz 20261203:4733: Squeeze's axes input dropped to '' in gpt2's If branch):
+    # the spec reads '' as omitted (squeeze every axis of size 1), but onnxruntime's kernel
+    # refuses it when the node runs ("Axes input is null"); Squeeze(x) with no second input
+    # it runs, and so do we.
+    # (in a branch on a constant condition, onnxruntime inlines the branch and drops the '')
+    main = make_model([helper.make_node("Squeeze", ["x", ""], ["z"])], [X],
+                      [info("z", T.FLOAT, None)])
+    feed = {"x": np.ones(2, np.float32)}
+    with pytest.raises(Exception, match="Axes input is null"):
+        ort.InferenceSession(main.SerializeToString()).run(None, feed)
+    for model in (main, in_if_branch(helper.make_node("Squeeze", ["x", ""], ["t"]))):
+        with pytest.raises(ModelLoadError, match=r"'Squeeze' \(Squeeze\) names its optional "
+                                                 r"input 1 \('axes'\) as '', which ONNX "
+                                                 "Runtime refuses"):
+            transmuter.load(model, backend=backend)
+    fine = in_if_branch(helper.make_node("Squeeze", ["x"], ["t"]))
+    want = ort.InferenceSession(fine.SerializeToString()).run(None, feed)[0]
+    np.testing.assert_array_equal(transmuter.run(transmuter.load(fine, backend=backend),
+                                                 feed)["z"], want)
