@@ -144,6 +144,36 @@ def test_gather_block_quantized(backend, zp):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("what,shape,match", [
+    ("zero_points", "data", r"zero_points of shape \[10, 32\] must be \[10, 1\]"),
+    ("zero_points", (10, 2), r"zero_points of shape \[10, 2\] must be \[10, 1\]"),
+    ("zero_points", (10,), r"zero_points of shape \[10\] must be \[10, 1\]"),
+    ("scales", (10, 1), r"scales of shape \[10, 1\] must be \[10, 2\]"),
+    ("scales", (20,), r"scales of shape \[20\] must be \[10, 2\]")])
+def test_gather_block_quantized_refuses_block_params_of_another_shape(backend, what, shape,
+                                                                      match):
+    # issue 14 (fuzz 20261203:5376: llama q4's packed embedding table given again as zero
+    # points, read as broadcast garbage); onnxruntime refuses each ("zero points shape and
+    # scales shape do not match", "data shape and scales shape do not match", ...)
+    from transmuter.errors import OpError
+    k, block, n = 64, 32, 10
+    inputs = {"data": RNG.integers(0, 256, (n, k // 2), dtype=np.uint8),
+              "indices": np.array([[3, 0, 9]], np.int64),
+              "scales": (RNG.random((n, k // block)) * 0.1).astype(np.float32),
+              "zero_points": RNG.integers(0, 256, (n, 1), dtype=np.uint8)}
+    inputs[what] = inputs["data"] if shape == "data" else (
+        RNG.random(shape).astype(inputs[what].dtype) if what == "scales" else
+        RNG.integers(0, 256, shape, dtype=np.uint8))
+    model = single_node("GatherBlockQuantized", inputs, {"out": np.float32},
+                        constants={"data", "scales", "zero_points"}, bits=4, block_size=block,
+                        gather_axis=0, quantize_axis=1)
+    with pytest.raises(Exception, match="shape|rank"):
+        run_ort(model, inputs)
+    with pytest.raises(OpError, match=match):
+        run_ours(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("quant_type,k,n,block,a_shape,attrs", [
     (0, 64, 16, 32, (3, 64), {}), (1, 64, 16, 32, (3, 64), {}),
     (1, 96, 24, 64, (2, 3, 96), {}),  # batched A; 96 * 24 / 64 blocks

@@ -269,6 +269,8 @@ def gather_block_quantized(xp, data, indices, scales, zero_points=None, *, bits=
         raise NotImplementedError("GatherBlockQuantized with quantize_axis before the last axis "
                                   "or gather_axis after it")
     packed = xp.dtype_of(data) == np.uint8
+    _check_block_shapes(data, scales, zero_points, packed, bits=bits, block_size=block_size,
+                        axis=quantize_axis)
     indices, valid = _rows_in_range(xp, indices, data.shape[gather_axis])
     rows = xp.take(data, indices, axis=gather_axis)
     srows = xp.take(scales, indices, axis=gather_axis)
@@ -301,6 +303,27 @@ def gather_block_quantized(xp, data, indices, scales, zero_points=None, *, bits=
         w = xp.where(xp.reshape(valid, (1,) * gather_axis + tuple(valid.shape) + (1,) * (
             nd - gather_axis - 1)), w, np.float32(0))
     return xp.astype(w, xp.dtype_of(scales))
+
+
+def _check_block_shapes(data, scales, zero_points, packed, *, bits, block_size, axis):
+    """The shapes ONNX Runtime's GatherBlockQuantized inference takes: scales are the data's
+    shape with ceil(K / block_size) blocks along the quantize axis, zero points the scales'
+    shape (packed into ceil(n_blocks * bits / 8) bytes there for uint8 data). Another shape
+    was read as broadcast garbage (fuzz 20261203:5376: the packed table given again as zero
+    points)."""
+    k = data.shape[axis] * (8 // bits if packed else 1)
+    n_blocks = -(-k // block_size)
+    want = tuple(data.shape[:axis]) + (n_blocks,) + tuple(data.shape[axis + 1:])
+    if tuple(scales.shape) != want:
+        raise ValueError(f"GatherBlockQuantized scales of shape {list(scales.shape)} must be "
+                         f"{list(want)} (data {list(data.shape)}, block_size={block_size})")
+    if zero_points is None:
+        return
+    per = -(-n_blocks * bits // 8) if packed else n_blocks
+    want = want[:axis] + (per,) + want[axis + 1:]
+    if tuple(zero_points.shape) != want:
+        raise ValueError(f"GatherBlockQuantized zero_points of shape {list(zero_points.shape)} "
+                         f"must be {list(want)} (scales {list(scales.shape)}, bits={bits})")
 
 
 def _rows_in_range(xp, indices, size):
