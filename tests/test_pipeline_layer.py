@@ -3,6 +3,7 @@ their compiled functions are freed with the pipeline, one padding policy, featur
 the task."""
 
 import gc
+import itertools
 import math
 import weakref
 
@@ -86,6 +87,44 @@ def test_one_padding_policy():
     assert buckets.octave_lengths(64) == (16, 20, 24, 28, 32, 40, 48, 56, 64)
     assert buckets.octave_lengths(100, per_octave=2) == (16, 24, 32, 48, 64, 96, 100)  # + cap
     assert buckets.octave_lengths(10) == (10,)  # a model shorter than the least bucket
+
+
+
+def _partitions(n, cap):
+    """Every split of n sorted rows into consecutive calls of at most cap rows."""
+    if n == 0:
+        yield []
+        return
+    for first in range(1, min(cap, n) + 1):
+        for rest in _partitions(n - first, cap):
+            yield [first] + rest
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_groups_cost_the_least_of_every_split(seed):
+    # the reference is exhaustive search over every consecutive split of the sorted rows
+    import random
+    rng = random.Random(seed)
+    sizes = sorted((rng.choice((16, 32, 64)) for _ in range(rng.randint(2, 12))), reverse=True)
+    cap, call = rng.choice((4, 8)), rng.choice((0, 5, 40))
+
+    def cost(groups):
+        return sum(call + buckets.pow2(b - a, cap) * sizes[a] for a, b in groups)
+
+    best = min(cost(list(zip(itertools.accumulate([0] + p[:-1]), itertools.accumulate(p))))
+               for p in _partitions(len(sizes), cap))
+    groups = buckets.row_groups(sizes, cap, call)
+    assert cost(groups) == best
+    assert [a for a, _ in groups[1:]] == [b for _, b in groups[:-1]]
+    assert groups[0][0] == 0 and groups[-1][1] == len(sizes)
+    assert all(b - a <= cap for a, b in groups)
+
+
+def test_row_groups_keep_one_call_where_calls_cost_more_than_padding():
+    # a tiny fixture's call cost (~8,000 tokens) exceeds any padding saved: batch_size chunks
+    assert buckets.row_groups([64] * 17 + [16] * 23, 32, 8000) == [(0, 32), (32, 40)]
+    assert buckets.row_groups([64] * 16 + [16] * 16, 32, 19) == [(0, 16), (16, 32)]
+    assert buckets.row_groups([], 32, 19) == []
 
 
 @pytest.mark.parametrize("per_octave", [1, 2, 4, 8])

@@ -75,3 +75,34 @@ def octave_lengths(cap, per_octave=SEQUENCE_STEPS, least=MIN_SEQUENCE_LENGTH):
         out.append(octave_length(n, per_octave))
         n = out[-1] + 1
     return tuple(sorted({min(b, cap) for b in out} | {int(cap)}))
+
+
+# What a graph call costs beyond its padded tokens, in "weight x token" products: a call of
+# all-MiniLM-L6-v2 (22.6M weights) costs ~10 ms of CPU before its tokens (1 x 1: 7-9 ms; each
+# token ~0.52 ms in a batch; 2 loaded CPU cores, jaxlib 0.10), i.e. ~19 tokens x 22.6M. Divided by
+# a model's weights it is the tokens a call must save to be worth making: ~19 for MiniLM, ~8,000
+# for the tiny fixtures (52k weights), whose calls are all overhead and are never split.
+CALL_COST_WEIGHT_TOKENS = 4.3e8
+
+
+def row_groups(sizes, cap, call_cost):
+    """Graph calls for rows of padded ``sizes`` sorted largest first: (start, stop) ranges of at
+    most ``cap`` rows, each padded to ``pow2`` rows of its first row's size, chosen to cost least
+    (padded rows x size, plus ``call_cost`` a call). A batch of 32 rows where 16 pad to 64 tokens
+    and 16 to 16 costs 2,048 padded tokens as one call, 1,280 as two (16 x 64 and 16 x 16)."""
+    n = len(sizes)
+    if n == 0:
+        return []
+    if call_cost >= cap * sizes[0] or sizes[0] == sizes[-1]:  # no split can save a call's cost
+        return [(s, min(s + cap, n)) for s in range(0, n, cap)]
+    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)  # best[j]: rows :j in calls
+    for j in range(1, n + 1):
+        for i in range(max(0, j - cap), j):
+            cost = best[i] + call_cost + pow2(j - i, cap) * sizes[i]
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j:
+        groups.append((cut[j], j))
+        j = cut[j]
+    return groups[::-1]

@@ -3,6 +3,7 @@ is (batches are sorted by it), and pads a batch of items to a compiled shape (``
 
     featurizer.key                      # the chunk entry that holds the item ("encoding", "image")
     featurizer.size(item)               # a sort key: tokens, (height, width), ...
+    featurizer.padded(item)             # (text) its padded length: a batch's rows are grouped
     featurizer.batch(items, rows, inputs, task)   # {input name: array} padded to ``rows`` rows
 """
 
@@ -24,6 +25,10 @@ class TextFeaturizer:
 
     def size(self, encoding):
         return len(encoding.ids)
+
+    def padded(self, encoding):
+        """The length ``encoding`` pads to alone (how the rows of a batch are grouped)."""
+        return buckets.length(len(encoding.ids), self.lengths)
 
     def batch(self, encodings, rows, inputs, task):
         length = buckets.length(max(len(e.ids) for e in encodings), self.lengths)
