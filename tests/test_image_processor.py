@@ -296,3 +296,34 @@ def test_a_size_that_is_no_positive_number_is_an_input_error(size):
     with pytest.raises(InputError, match=r"size\['\w+'\] = .*: a size must be a positive number"):
         size_dict(size)
     assert size_dict({"shortest_edge": 224, "longest_edge": None})["shortest_edge"] == 224
+
+
+@pytest.mark.parametrize("options", [
+    {},                                                   # rescale + normalize (0.5 / 0.5)
+    {"do_normalize": False},                              # rescale alone
+    {"do_rescale": False},                                # normalize of raw bytes
+    {"image_mean": [0.48145466, 0.4578275, 0.40821073],   # CLIP's, rounding to odd float32s
+     "image_std": [0.26862954, 0.26130258, 0.27577711], "rescale_factor": 0.00392156862745098},
+])
+def test_the_byte_table_gives_the_bits_of_the_steps(options):
+    """rescale_normalize looks uint8 pixels up in a per-channel table of the same steps; exact
+    equality (not ATOL) with transformers' step-by-step order on every byte value: the steps are
+    elementwise in the same dtypes, so any difference is a bug in the table."""
+    proc = ImageProcessor.from_config({"image_processor_type": "ViTImageProcessor", **options})
+    every = np.arange(256, dtype=np.uint8).reshape(16, 16)  # each byte value in each channel
+    pixels = np.stack([every, every.T, every[::-1]], axis=-1)
+    looked_up = proc.rescale_normalize(pixels)
+    assert looked_up.dtype == np.float32
+    np.testing.assert_array_equal(looked_up, proc._rescale_normalize(pixels))
+
+
+def test_a_pil_image_and_its_array_give_the_same_pixels():
+    """The resize-first families resize the PIL image itself (transform_image); transform, which
+    other families and subclasses use, resizes its array: the same pixels."""
+    image = PIL.Image.fromarray(
+        np.random.default_rng(1).integers(0, 256, (300, 410, 3), dtype=np.uint8))
+    for kind in ("ViTImageProcessor", "CLIPImageProcessor"):
+        proc = ImageProcessor.from_config({"image_processor_type": kind})
+        (a, size_a), (b, size_b) = proc.transform_image(image), proc.transform(np.asarray(image))
+        np.testing.assert_array_equal(a, b)
+        assert size_a == size_b
