@@ -137,11 +137,9 @@ CONTRIB_ATTRIBUTES = {
         "scale": _EPSILON, "softcap": _EPSILON},
     ("com.microsoft", "SkipLayerNormalization"): {"epsilon": _EPSILON},
     ("com.microsoft", "SkipSimplifiedLayerNormalization"): {"epsilon": _EPSILON},
-    # ONNX Runtime's own op in the default domain, which onnx has no schema to type-check
-    # (fuzz 20261202:6140: stash_type given as INTS)
-    ("", "SimplifiedLayerNormalization"): {
-        "epsilon": _EPSILON, "axis": (onnx.AttributeProto.INT, lambda v: True, "an integer"),
-        "stash_type": (onnx.AttributeProto.INT, lambda v: True, "an integer")},
+    # ONNX Runtime's own op in the default domain: its schema (contrib_check) gives the
+    # attribute types (fuzz 20261202:6140: stash_type given as INTS)
+    ("", "SimplifiedLayerNormalization"): {"epsilon": _EPSILON},
     # a type code that names no type (0 is UNDEFINED): onnx's inference refuses it, but not in
     # an If branch whose inference gives up (fuzz 20261202:3508, gpt2's merged decoder)
     ("", "Cast"): {"to": (onnx.AttributeProto.INT, lambda v: v != 0 and v in
@@ -273,6 +271,9 @@ def _check_types(proto):
     untyped and their declared types are compared with what inference gave them (onnx merges a
     declared output type unchecked where a producer's input comes typed but shapeless)."""
     model = _weightless(proto)
+    # the inputs typed before inference (weights, graph inputs) checked first: a wrong one is
+    # named, not the node that inference finds in conflict after it (fuzz 20261203:7891)
+    contrib_check.output_types(proto.graph.node, _types(model.graph), _label)
     contrib_check.stand_in(model.graph)
     for out in model.graph.output:
         out.ClearField("type")

@@ -215,8 +215,7 @@ CASES = {
         lambda: make_model([helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["z"],
                                              stash_type=[1, 2])],
                            [X], [info("z", T.FLOAT, [2])], {"g": np.ones(2, np.float32)}),
-        r"attribute 'stash_type' is of INTS, where SimplifiedLayerNormalization takes an "
-        "integer"),
+        r"attribute 'stash_type' is INTS, where SimplifiedLayerNormalization takes INT"),
     "a value_info of element type 0": (  # fuzz 20261203:2410
         lambda: typed("t", lambda t: setattr(t.tensor_type, "elem_type", 0)),
         r"value_info of 't' declares element type 0, which names no ONNX data type"),
@@ -235,6 +234,11 @@ CASES = {
     "a graph output of element type 0": (
         lambda: typed("output", lambda t: t.tensor_type.ClearField("elem_type")),
         r"Graph output 'z' declares element type 0"),
+    "SimplifiedLayerNormalization's scale retyped to int32": (  # fuzz 20261203:7891
+        lambda: make_model([helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["z"])],
+                           [X], [info("z", T.FLOAT, [2])], {"g": np.ones(2, np.int32)}),
+        r"\(SimplifiedLayerNormalization\): input 1 \('scale'\) 'g' is int32, where "
+        "SimplifiedLayerNormalization takes bfloat16, double, float, float16"),
     "an If branch out of topological order": (
         unsorted_branch, r"'Relu' \(Relu\) reads 'u' before the node of graph 'then' that makes"),
     "an If branch writing an outer graph's input": (  # fuzz: gpt2's branch writing input_ids

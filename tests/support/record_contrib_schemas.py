@@ -1,4 +1,5 @@
-"""Records ONNX Runtime's schemas of the com.microsoft ops Transmuter runs into
+"""Records ONNX Runtime's schemas of the com.microsoft ops Transmuter runs (and of its own ops in
+the default domain that onnx does not define: SimplifiedLayerNormalization) into
 src/ops/contrib/schemas.py: each op's inputs and outputs (name, type parameter, optional or
 not), its type constraints and its attributes' types. validate.py checks contrib nodes against it
 as onnx.checker checks standard ones (onnx has no schema for them; onnxruntime is no dependency).
@@ -8,6 +9,8 @@ as onnx.checker checks standard ones (onnx has no schema for them; onnxruntime i
 
 import json
 import pathlib
+
+import onnx
 
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
@@ -22,11 +25,16 @@ def _formal(p):
 
 def main():
     ours = sorted(k[1] for k in registry._REGISTRY if k[0] == "com.microsoft")
-    table = {}
+    default = sorted(k[1] for k in registry._REGISTRY if k[0] == "" and not onnx.defs.has(k[1]))
+    table, own = {}, {}
     for s in C.get_all_operator_schema():
-        if s.domain != "com.microsoft" or s.name not in ours:
+        if s.domain == "com.microsoft" and s.name in ours:
+            into = table
+        elif s.domain == "" and s.name in default:
+            into = own
+        else:
             continue
-        table[s.name] = {
+        into[s.name] = {
             "since": s.since_version,
             "inputs": [_formal(p) for p in s.inputs],
             "outputs": [_formal(p) for p in s.outputs],
@@ -39,8 +47,11 @@ def main():
              'types): written by tests/support/record_contrib_schemas.py, do not edit."""', "",
              "SCHEMAS = {"]
     lines += [f"    {name!r}: {json.dumps(entry)}," for name, entry in sorted(table.items())]
+    lines += ["}", "", "# ONNX Runtime's own ops in the default domain, which onnx does not define",
+              "DEFAULT_DOMAIN = {"]
+    lines += [f"    {name!r}: {json.dumps(entry)}," for name, entry in sorted(own.items())]
     OUT.write_text("\n".join(lines + ["}", ""]))
-    print(f"{len(table)} of {len(ours)} ops -> {OUT}")
+    print(f"{len(table)} of {len(ours)} ops, {len(own)} of {len(default)} default-domain -> {OUT}")
 
 
 if __name__ == "__main__":

@@ -22,3 +22,8 @@ SCHEMAS = {
     'SkipSimplifiedLayerNormalization': {"since": 1, "inputs": [["input", "T", "Single"], ["skip", "T", "Single"], ["gamma", "T", "Single"], ["bias", "T", "Optional"]], "outputs": [["output", "T", "Single"], ["mean", "U", "Optional"], ["inv_std_var", "U", "Optional"], ["input_skip_bias_sum", "T", "Optional"]], "types": {"T": ["tensor(bfloat16)", "tensor(float)", "tensor(float16)"], "U": ["tensor(float)"]}, "attributes": {"epsilon": "FLOAT"}},
     'Trilu': {"since": 1, "inputs": [["X", "T", "Single"], ["k", "tensor(int64)", "Optional"]], "outputs": [["Y", "T", "Single"]], "types": {"T": ["tensor(bfloat16)", "tensor(bool)", "tensor(double)", "tensor(float)", "tensor(float16)", "tensor(int16)", "tensor(int32)", "tensor(int64)", "tensor(int8)", "tensor(uint16)", "tensor(uint32)", "tensor(uint64)", "tensor(uint8)"]}, "attributes": {"upper": "INT"}},
 }
+
+# ONNX Runtime's own ops in the default domain, which onnx does not define
+DEFAULT_DOMAIN = {
+    'SimplifiedLayerNormalization': {"since": 1, "inputs": [["X", "T", "Single"], ["scale", "V", "Single"]], "outputs": [["Y", "V", "Single"], ["inv_std_var", "U", "Optional"]], "types": {"T": ["tensor(bfloat16)", "tensor(double)", "tensor(float)", "tensor(float16)"], "U": ["tensor(double)", "tensor(float)"], "V": ["tensor(bfloat16)", "tensor(double)", "tensor(float)", "tensor(float16)"]}, "attributes": {"axis": "INT", "epsilon": "FLOAT", "stash_type": "INT"}},
+}
