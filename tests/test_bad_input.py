@@ -145,11 +145,19 @@ REPO_FILES = [  # (fixture, file, edit, the error's type name, its message)
     ("vit", "preprocessor_config.json", _with(image_processor_type=1.5), "InputError",
      r"'image_processor_type' is 1.5, where an image processor takes a class name"),
     ("vit", "preprocessor_config.json", _with(image_std=[0.5, None, 0.5]), "InputError",
-     r"'image_std' is \[0.5, None, 0.5\].*finite numbers, none of them 0"),
+     r"'image_std' is \[0.5, None, 0.5\].*finite float32 numbers, none of them 0"),
     ("vit", "preprocessor_config.json", _with(image_mean=""), "InputError",
      r"'image_mean' is ''"),
     ("vit", "preprocessor_config.json", _with(rescale_factor=float("inf")), "InputError",
      r"'rescale_factor' is inf, where an image processor takes a finite number"),
+    # fuzz 20261204:1123: pixels past float32's range gave NaN scores (transformers: NaN too)
+    ("vit", "preprocessor_config.json", _with(rescale_factor=1e308), "InputError",
+     r"'rescale_factor' is 1e\+308, where an image processor takes a finite number \(1/255\) "
+     r"whose pixels fit float32"),
+    ("vit", "preprocessor_config.json", _with(image_mean=[0.5, 1e300, 0.5]), "InputError",
+     r"'image_mean' is \[0.5, 1e\+300, 0.5\].*finite float32 numbers"),
+    ("vit", "preprocessor_config.json", _with(image_std=[1e-300, 0.5, 0.5]), "InputError",
+     r"'image_std' is \[1e-300, 0.5, 0.5\].*none of them 0"),
     # issue 14 (fuzz 20261202:472, :734, :2103, 20261201:4670, :5794): AttributeError /
     # TypeError / UnicodeEncodeError escaped from the tokenizer and the pipelines' config reads
     ("bert-sequence-classification", "tokenizer_config.json",

@@ -83,12 +83,18 @@ def check_fields(config):
         if value is None:
             continue
         values = value if isinstance(value, (list, tuple)) else [value]
-        if not values or not all(_finite(v) and (key == "image_mean" or v != 0)
-                                 for v in values):
-            _bad(key, value, "a number or a list of finite numbers" +
+        if not values or not all(_finite(v) and abs(v) <= F32_MAX and
+                                 (key == "image_mean" or abs(v) >= F32_TINY) for v in values):
+            _bad(key, value, "a number or a list of finite float32 numbers" +
                  (", none of them 0" if key == "image_std" else ""))
-    if config.get("rescale_factor") is not None and not _finite(config["rescale_factor"]):
-        _bad("rescale_factor", config["rescale_factor"], "a finite number (1/255)")
+    factor = config.get("rescale_factor")
+    # 255 * factor is a float32 pixel: past float32's range it is inf, the answer NaN
+    # (fuzz 20261204:1123: 1e308 gave NaN scores)
+    if factor is not None and not (_finite(factor) and abs(factor) * 255 <= F32_MAX):
+        _bad("rescale_factor", factor, "a finite number (1/255) whose pixels fit float32")
+
+
+F32_MAX, F32_TINY = float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny)
 
 
 def _finite(v):
