@@ -169,7 +169,8 @@ class Pipeline:
             return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
         key = self.featurizer.key
         sizes = [padded(flat[i][key]) for i in order]
-        return [order[a:b] for a, b in buckets.row_groups(sizes, batch_size, self._call_cost())]
+        cost = self._call_cost() + buckets.SPLIT_SHAPE_COST * batch_size * sizes[0]
+        return [order[a:b] for a, b in buckets.row_groups(sizes, batch_size, cost)]
 
     def _call_cost(self):
         """A graph call's fixed cost in padded tokens of this model (buckets.py)."""
