@@ -23,7 +23,7 @@ from ...generation import GenerationConfig
 from ...generation.config import check_options
 from .. import encoder_decoder
 from ..base import PipelineError
-from .whisper_fallback import Fallback, generate_with_fallback
+from .whisper_fallback import Fallback, generate_with_fallback, prev_sot
 from .whisper_prompt_ids import GivenPrompt
 
 # transformers' AutomaticSpeechRecognitionPipeline._default_generation_config
@@ -153,7 +153,7 @@ class Head:
                 "cut it into windows")
         seek, stamps = [0] * len(chunks), [[] for _ in chunks]
         # each row's kept tokens, window by window, after what it holds from the prompt
-        given = prompt.first_windows(self.file.get("prev_sot_token_id"))
+        given = prompt.first_windows(prev_sot(self.file))
         kept_windows = [list(given) for _ in chunks]
         condition = [fallback.condition_on_prev_tokens] * len(chunks)
         prompts = None
