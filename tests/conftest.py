@@ -1,3 +1,4 @@
+import gc
 import os
 
 import pytest
@@ -56,6 +57,19 @@ SLOW_TESTS = {
     "tests/test_pipelines_maskformer.py::test_matches_transformers[maskformer-jax]",
 }
 SLOW_FILES = {"tests/test_ray.py"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_code():
+    """After each test file: drop JAX's compiled executables. Each one maps its machine code into
+    the process, and test files keep their pipelines in module caches; an xdist worker that ran
+    many files reached the kernel's 65,530 mappings (vm.max_map_count), and XLA then segfaulted
+    while compiling (CI of stop 27, in test_threads), which left xdist waiting forever."""
+    yield
+    import jax  # here, not at the top: JAX_PLATFORMS is set above before JAX reads it
+
+    gc.collect()
+    jax.clear_caches()
 
 
 @pytest.hookimpl(tryfirst=True)  # before the -m selection reads the marks
