@@ -289,7 +289,9 @@ class CompiledFunction:
                     brk.index = index
                     raise
                 live.count(index, nodes[index], scope)
-            out = {k: scope[k] for k in live_out if k in scope}
+            # sorted: a set's order follows the process's hash seed, and mx.compile failed
+            # (IndexError: _Map_base::at) on gemma3-gqa's second step in some orders
+            out = {k: scope[k] for k in sorted(live_out) if k in scope}
             recorded.clear()
             recorded.update({k: v for k, v in out.items() if is_static(v) and k not in base})
             return {k: v for k, v in out.items() if not is_static(v) and k not in p}
