@@ -7,9 +7,12 @@ read name defined, every graph output produced, no negative dimension. Types and
 inference, run as ONNX Runtime runs it at load: on a copy without the weights (their types and
 shapes are all it reads), its nodes in topological order and its value_info dropped (declared
 shapes of intermediate values are hints ONNX Runtime overrides: onnxruntime-genai's builder
-declares rank-0 shapes on rank-1 Constants). Every error of an op's inference (a type its schema
-refuses, an axis past the rank, MatMul dimensions that do not fit, in If branches too) is refused,
-as ONNX Runtime refuses it; a graph output's declared shape that inference contradicts is not.
+declares rank-0 shapes on rank-1 Constants), with data propagation (ONNX Runtime propagates the
+shapes a graph computes, Shape -> Gather -> Concat -> Reshape, and checks the MatMul after them;
+each subgraph's value names are made unique first, as onnx keeps one table for all graphs).
+Every error of an op's inference (a type its schema refuses, an axis past the rank, MatMul
+dimensions that do not fit, in If branches too) is refused, as ONNX Runtime refuses it; a graph
+output's declared shape that inference contradicts is not.
 """
 
 import heapq
@@ -296,7 +299,8 @@ def _infer(model):
     makes too; None where inference itself gives up (an op it does not know is not the file's
     fault; the runner checks what it runs)."""
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                 data_prop=True)
     except onnx.shape_inference.InferenceError as e:
         conflicts = [line for line in _errors(str(e)) if not any(
             what in line for what in LENIENT)]
@@ -304,7 +308,8 @@ def _infer(model):
             raise ModelLoadError("The graph's types or shapes do not agree: "
                                  f"{'; '.join(conflicts[:3])}") from None
         try:  # only lenient errors: the same inference, its errors not raised
-            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
+                                                     data_prop=True)
         except Exception:  # noqa: BLE001
             return None
     except Exception:  # noqa: BLE001
@@ -319,14 +324,26 @@ def _types(graph):
 
 
 def _errors(message):
-    """The separate inference errors of one message, their bracketed tags dropped and element
-    types named ("(1) vs (7)" -> "(float32) vs (int64)")."""
+    """The separate inference errors of one message, each as "Node 'name' (Op): error", their
+    bracketed tags dropped and element types named ("type ... (1) vs (7)" -> "(float32) vs
+    (int64)"; other numbers in parentheses, ranks and dims, kept)."""
     message = message.replace("[ShapeInferenceError]", "").replace("[TypeInferenceError]", "")
     message = message.replace("Inference error(s):", "")
-    message = re.sub(r"\((\d+)\)", lambda m: f"({_type_name(int(m.group(1)))})", message)
-    parts = [part.strip().replace("):", ":", 1) for part in message.split("(op_type:")]
-    # a Loop's or If's own line only wraps its body's errors: they follow as lines of their own
-    return [part for part in parts if part.partition(":")[2].strip()]
+    message = re.sub(r"~\d+\b", "", message)  # the names _unique_names gave, as the file has them
+    lines = []
+    for part in message.split("(op_type:"):
+        node, found, error = part.partition("):")
+        if not found:  # an error of no node (the text before the first one)
+            node, error = "", part
+        if "type" in error.lower():
+            error = re.sub(r"\((\d+)\)", lambda m: f"({_type_name(int(m.group(1)))})", error)
+        op, _, name = node.partition(", node name:")
+        # a Loop's or If's own line only wraps its body's errors: they follow as lines of their own
+        if error.strip():
+            op, name = op.strip(), name.strip()
+            lines.append(f"Node {name or op!r} ({op}): {error.strip()}" if found
+                         else error.strip())
+    return lines
 
 
 def _type_name(code):
@@ -345,6 +362,8 @@ def _weightless(proto):
     graph.input.extend(proto.graph.input)
     for sub in _subgraphs(graph):
         sub.ClearField("value_info")
+    _unique_names(graph, {name for node in graph.node for name in node.output}
+                  | {v.name for v in graph.input})
     given = {v.name for v in proto.graph.input}
     for tensor in proto.graph.initializer:
         if tensor.name not in given:
@@ -357,6 +376,46 @@ def _weightless(proto):
     model = onnx.ModelProto(ir_version=proto.ir_version, graph=graph)
     model.opset_import.extend(proto.opset_import)
     return model
+
+
+def _unique_names(graph, taken):
+    """Rename in place each value a subgraph makes whose name another graph (the outer one, a
+    sibling branch) already made, and its reads. Both branches of an optimum merged decoder's If
+    make the same names, which is valid; but onnx's data propagation keeps one table of values
+    for all graphs, and fails ("Data for input 0 already exists") or reads the other branch's."""
+    for node in graph.node:
+        for sub in _own_subgraphs(node):
+            renamed = {}
+            for inner in sub.node:
+                for i, name in enumerate(inner.output):
+                    if name in taken:
+                        renamed[name] = inner.output[i] = _fresh(name, taken)
+                    taken.add(inner.output[i])
+            _rename_reads(sub, renamed)
+            _unique_names(sub, taken)
+
+
+def _fresh(name, taken):
+    k = 1
+    while f"{name}~{k}" in taken:
+        k += 1
+    return f"{name}~{k}"
+
+
+def _rename_reads(graph, renamed):
+    if not renamed:
+        return
+    for node in graph.node:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+        for sub in _own_subgraphs(node):
+            _rename_reads(sub, renamed)
+    for out in graph.output:
+        out.name = renamed.get(out.name, out.name)
+
+
+def _own_subgraphs(node):
+    for attr in node.attribute:
+        yield from [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs
 
 
 def _subgraphs(graph):
