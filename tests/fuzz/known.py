@@ -19,6 +19,11 @@ KNOWN = {
     "bytes/flip-bytes * llama-gqa/* | different answer":
         "the same, when the flipped byte makes a NaN or inf in cos_cache / sin_cache at a row a "
         "valid token uses; 20261201:8185 (sin_cache, a padded token's row) passes since the fix",
+    "external/wrong-offset * llama-gqa/* | different answer":
+        "the same, when weights shifted by a byte put values near float32's limit in cos_cache "
+        "rows valid tokens use (20261205:9698: up to 2.5e38): layer 0's rotary keys overflow to "
+        "inf in both (17 values, the same in both), the scores are NaN, and the two softmaxes "
+        "leave NaN in other places; the logits are NaN everywhere in both",
     "external/wrong-offset mlx gpt2/* | different answer":
         "not a bug: weights shifted by a byte reach float32's limit, where one summation order "
         "gives 2.5e38 and another inf (20261202:2912, gpt2 on MLX: 2 of 1,344 values); the "
@@ -31,6 +36,13 @@ KNOWN = {
         "each value after its last reader, and MLX's compiled CPU run holds far more (batch "
         "20,000: mx.get_peak_memory 4.9 GiB where the count peaks at 0.61 GiB; eager: 3.1 GiB, "
         "counted 13.3 GiB as eager holds every value)",
+    "inputs/huge-dim jax * | crash SIGABRT":
+        "the same on JAX, eager: a batch of 100,000 through the whisper encoder under the "
+        "worker's 6 GB address space (20261205:8398). Its first Conv makes 1.2 GiB from a "
+        "0.6 GiB copy of the input, and XLA's CPU runtime allocates the convolution's scratch "
+        "in its own thread after the op is dispatched, where a failed allocation is "
+        "std::bad_alloc and aborts the process; the live-bytes count sees outputs, not a "
+        "kernel's scratch, so nothing on the Python side can refuse it first",
     "inputs/huge-dim jax * | foreign JaxRuntimeError *":
         "the same on JAX: a batch of 100,000 images through clip past the worker's 6 GB "
         "address space failed inside XLA's dispatch (20261202:2837); eager is refused now (the "

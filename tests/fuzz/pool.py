@@ -10,6 +10,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -20,7 +21,9 @@ class Worker:
         env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
                    TRANSMUTER_COMPILE_CACHE=os.path.join(run_folder, "jax-cache"),
                    OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-        self.log = open(os.path.join(run_folder, "workers.log"), "ab")
+        # a log of its own: a crash's verdict quotes its last lines (an abort's reason)
+        fd, self.log_path = tempfile.mkstemp(prefix="worker-", suffix=".log", dir=run_folder)
+        self.log = os.fdopen(fd, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.fuzz.worker", run_folder, str(memory)], cwd=ROOT,
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
@@ -72,7 +75,19 @@ def _death_verdict(worker, timed_out, code):
         return {"status": "fail", "outcome": "time-out", "message": "no answer in time"}
     name = signal.Signals(-code).name if code is not None and code < 0 else f"exit {code}"
     return {"status": "fail", "outcome": f"crash {name}",
-            "message": "the worker died (a signal, or memory past the limit)"}
+            "message": "the worker died (a signal, or memory past the limit)"
+                       + _last_words(worker.log_path)}
+
+
+def _last_words(path, lines=3):
+    """The last lines the worker wrote to stderr (an abort's check message), or nothing."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            tail = f.read().decode(errors="replace").strip().splitlines()[-lines:]
+    except OSError:
+        return ""
+    return ("; its last words: " + " | ".join(line.strip()[:300] for line in tail)) if tail else ""
 
 
 def run_cases(cases, report, *, workers=2, timeout=120.0, memory=6 << 30, run_folder,
@@ -125,7 +140,12 @@ def run_cases(cases, report, *, workers=2, timeout=120.0, memory=6 << 30, run_fo
                         case, w.case = w.case, None
                         report(case, msg)
                         w.done += 1
-                        if w.done >= recycle or msg.get("rss_mb", 0) > (memory >> 20) // 2:
+                        # past half the cap, resident or mapped (RLIMIT_AS counts mapped
+                        # space: a huge case leaves JAX's arenas mapped, and the next cases
+                        # failed their allocations, 20261205:8478 after 8398)
+                        half = (memory >> 20) // 2
+                        if w.done >= recycle or max(msg.get("rss_mb", 0),
+                                                    msg.get("vm_mb", 0)) > half:
                             retire(w)
                             if deadline is None or time.monotonic() < deadline:
                                 start()

@@ -71,3 +71,34 @@ def test_a_long_run_draws_every_graph_on_both_backends():
     drawn = {(c.fixture, c.graph, c.backend) for c in (make_case(SEED, i) for i in range(3000))}
     assert {(f, g, b) for f, g in GRAPHS for b in BACKENDS} <= drawn
     assert len(GRAPHS) >= 8
+
+
+def _range_of_a_cast_constant(path):
+    """Range's limit a Cast of a [1] constant (it takes a scalar): onnxruntime's kernels run it,
+    but after constant folding its optimizer's shape inference refuses it (20261205:3428)."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value))
+
+    nodes = [const("limit1", np.array([5], np.int64)), const("start", np.array(0, np.int64)),
+             const("delta", np.array(1, np.int64)),
+             helper.make_node("Cast", ["limit1"], ["limit"], to=T.INT64),
+             helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+             helper.make_node("Add", ["x", "r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.INT64, [5])],
+                              [helper.make_tensor_value_info("y", T.INT64, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+def test_onnxruntime_without_its_optimizer_is_the_reference_where_it_alone_runs(tmp_path):
+    path = _range_of_a_cast_constant(str(tmp_path / "model.onnx"))
+    feed = {"x": np.arange(5, dtype=np.int64)}
+    assert isinstance(judge.ort_run(path, feed), Exception)
+    right = {"y": np.arange(5, dtype=np.int64) * 2}
+    same = judge.verdict("k", ("ok", right), path, feed, feed)
+    assert same == judge.passed("same as onnxruntime without its optimizer")
+    wrong = judge.verdict("k", ("ok", {"y": right["y"] + 1}), path, feed, feed)
+    assert wrong["status"] == "fail" and wrong["outcome"] == "accepted (onnxruntime refuses)"

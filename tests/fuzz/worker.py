@@ -133,10 +133,12 @@ def execute(case, run_folder):
     return verdict
 
 
-def _rss_mb():
+def _status_mb(field):
+    """A /proc/self/status field in MiB: VmRSS (resident), VmSize (the address space that
+    RLIMIT_AS caps: JAX's reservations and arenas grow it far past the resident size)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) // 1024
     return 0
 
@@ -158,7 +160,8 @@ def main():
         write({"phase": "ours", "detail": None})
         start = time.monotonic()
         verdict = execute(case, run_folder)
-        verdict.update(index=case.index, rss_mb=_rss_mb(), seconds=time.monotonic() - start)
+        verdict.update(index=case.index, rss_mb=_status_mb("VmRSS"),
+                       vm_mb=_status_mb("VmSize"), seconds=time.monotonic() - start)
         write(verdict)
 
 
