@@ -180,14 +180,15 @@ def _check_opsets(proto):
 
 def _check_strings(graph):
     """Names, op types and domains are text: protobuf hands a field of invalid UTF-8 (a flipped
-    byte) back as bytes, which ONNX Runtime's parser refuses."""
+    byte) back as bytes, which no lookup by name would find. (ONNX Runtime takes such names as
+    bytes; the graph's name and the model's metadata, which nothing looks up, are let be.)"""
     for node in graph.node:
         for field, value in (("op_type", node.op_type), ("domain", node.domain),
                              ("name", node.name), *(("input", v) for v in node.input),
                              *(("output", v) for v in node.output)):
             if not isinstance(value, str):
-                raise ModelLoadError(f"A node of graph {graph.name!r:.60} has an {field} that is "
-                                     f"not valid UTF-8 ({value[:60]!r}): the file is corrupt")
+                raise ModelLoadError(f"A node of graph {graph.name!r:.60}: its {field} is not "
+                                     f"valid UTF-8 ({value[:60]!r}): the file is corrupt")
         for attr in node.attribute:
             for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
                 _check_strings(sub)
@@ -356,7 +357,7 @@ def _type_name(code):
 def _weightless(proto):
     """``proto`` with each main-graph initializer made a typed graph input: the copy inference
     reads is small whatever the weights weigh."""
-    graph = onnx.GraphProto(name=proto.graph.name)
+    graph = onnx.GraphProto(name="weightless")  # the name may not be text (a flipped byte)
     graph.node.extend(_sorted(proto.graph))
     graph.output.extend(proto.graph.output)
     graph.input.extend(proto.graph.input)

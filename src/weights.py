@@ -152,5 +152,23 @@ def _copy_fields(src, dst, skip=()):
             getattr(dst, field.name).extend(value)
         elif field.cpp_type == field.CPPTYPE_MESSAGE:
             getattr(dst, field.name).CopyFrom(value)
+        elif isinstance(value, bytes) and field.type == field.TYPE_STRING:
+            dst.MergeFromString(_length_delimited(field.number, value))
         else:
             setattr(dst, field.name, value)
+
+
+def _length_delimited(number, data):
+    """One string field on the wire. protobuf hands a proto2 string that is not UTF-8 back as
+    bytes and refuses to set it (a damaged producer_name: fuzz 20261206:5911); onnxruntime never
+    reads it, so it is copied as it came."""
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)

@@ -337,3 +337,22 @@ def test_cache_size_must_be_a_positive_int(size):
     model = transmuter.load(unsorted_model().SerializeToString())
     with pytest.raises(transmuter.errors.InputError, match="cache_size must be a positive int"):
         transmuter.compile(model, {"x": np.zeros((2, 3), np.float32)}, cache_size=size)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["ReduceSum", "ArgMax"])
+def test_flags_other_than_one_read_as_onnxruntime_reads_them(backend, op):
+    """keepdims=2 drops the reduced axis, as ORT's `keepdims == 1` reads it (fuzz 20261206:1202:
+    kept, it broadcast where ORT refused). No shapes are declared, so neither reads it from there."""
+    attrs = {"keepdims": 2} if op == "ArgMax" else {"keepdims": 2, "noop_with_empty_axes": 2}
+    inputs = ["x"] if op == "ArgMax" else ["x", "axes"]
+    model = make_model([helper.make_node(op, inputs, ["y"], **attrs)],
+                       [info("x", TensorProto.FLOAT, None)],
+                       [info("y", TensorProto.INT64 if op == "ArgMax" else TensorProto.FLOAT, None)],
+                       {"axes": np.array([0], np.int64)} if op != "ArgMax" else {})
+    feed = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    want = reference(model, feed)["y"]
+    got = np.asarray(transmuter.run(transmuter.load(model.SerializeToString(), backend=backend),
+                                    feed)["y"])
+    assert got.shape == want.shape == (3,)
+    np.testing.assert_array_equal(got, want)

@@ -197,7 +197,7 @@ CASES = {
     "float Gather indices in an If branch": (
         lambda: in_if_branch(helper.make_node("Gather", ["x", "x"], ["t"])),
         "Gather.*indices typestr: Tind, has unsupported type: tensor\\(float\\)"),
-    "a node domain of invalid UTF-8": (invalid_utf8_domain, "domain that is not valid UTF-8"),
+    "a node domain of invalid UTF-8": (invalid_utf8_domain, "domain is not valid UTF-8"),
     # contrib nodes against ONNX Runtime's schemas (ops/contrib/schemas.py; fuzz 1412:1905,
     # 20261202:494, :305)
     "a contrib attribute of the wrong type": (
@@ -483,3 +483,20 @@ def test_matmul_dims_known_only_from_computed_shapes_are_checked_at_load(backend
         # float32 sums of 16 or 8 products of N(0, 1) values and ones: a few ulps apart
         np.testing.assert_allclose(transmuter.run(model, feed)["out"], want, rtol=1e-5,
                                    atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_metadata_and_graph_name_of_invalid_utf8_load_and_save_as_they_came(backend, tmp_path):
+    """A flipped byte in producer_name (fuzz 20261206:5911) or the graph's name: nothing looks
+    them up and ONNX Runtime runs the file, so it loads, runs the same, and saves those bytes."""
+    model = one_node("Relu", ["x"])
+    model.producer_name, model.graph.name = "PRODUCER", "GRAPHNAME"
+    data = model.SerializeToString().replace(b"PRODUCER", b"\xddRODUCER") \
+        .replace(b"GRAPHNAME", b"\xfeRAPHNAME")
+    feed = {"x": np.array([-1, 2], np.float32)}
+    want = ort.InferenceSession(data).run(None, feed)[0]
+    loaded = transmuter.load(data, backend=backend)
+    np.testing.assert_array_equal(np.asarray(transmuter.run(loaded, feed)["z"]), want)
+    transmuter.save(loaded, tmp_path / "saved.onnx")
+    saved = (tmp_path / "saved.onnx").read_bytes()
+    assert b"\xddRODUCER" in saved and b"\xfeRAPHNAME" in saved

@@ -10,8 +10,11 @@ from .registry import op
 
 
 def _reduce(fn, xp, x, axes, keepdims, noop_with_empty_axes=0):
+    # Flags are 1 or not, as ONNX's shape inference and ONNX Runtime read them: keepdims=2 drops
+    # the axes (ORT's reduction_kernel_base.h, `keepdims == 1`).
+    keepdims = keepdims == 1
     if axes is None or len(axes) == 0:
-        if noop_with_empty_axes:
+        if noop_with_empty_axes == 1:
             return x
         axes = None
     else:
@@ -19,9 +22,9 @@ def _reduce(fn, xp, x, axes, keepdims, noop_with_empty_axes=0):
     if 0 in x.shape:
         # A reduction over nothing is the reducer's identity, known from shapes alone: computed on
         # the host (MLX can stall evaluating reductions of empty arrays).
-        host = fn(NP, np.zeros(x.shape, xp.dtype_of(x)), axes, bool(keepdims))
+        host = fn(NP, np.zeros(x.shape, xp.dtype_of(x)), axes, keepdims)
         return host if xp is NP else xp.asarray(host)
-    return fn(xp, x, axes, bool(keepdims))
+    return fn(xp, x, axes, keepdims)
 
 
 def _sum(xp, x, axes, keep):
@@ -118,7 +121,7 @@ def _arg(fn, xp, x, axis, keepdims, select_last_index):
     else:
         idx = fn(x, axis=axis)
     idx = xp.astype(idx, np.int64)
-    return xp.expand_dims(idx, axis) if keepdims else idx
+    return xp.expand_dims(idx, axis) if keepdims == 1 else idx
 
 
 @op("ArgMax", 1)
