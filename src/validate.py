@@ -207,6 +207,7 @@ def _check_graph(graph, outer, sources):
     # an initializer may repeat a graph input's name (the input's default value): allowed
     given = {v.name for v in graph.input} | {t.name for t in graph.initializer} | \
         {s.values.name for s in graph.sparse_initializer}
+    _check_node_names(graph, where)
     defined = set(given)
     for node in graph.node:  # a domain opset_import lacks is version 1, as ONNX Runtime takes it
         for name in node.output:
@@ -231,6 +232,20 @@ def _check_graph(graph, outer, sources):
         if out.name not in known:
             raise ModelLoadError(f"Output {out.name!r} of {where} is produced by no node, input "
                                  "or initializer")
+
+
+def _check_node_names(graph, where):
+    """No two nodes of one graph share a name, as ONNX Runtime's VerifyNoDuplicateName holds
+    after it made Constant nodes initializers (the merged decoders' 'with_past' branches repeat
+    'Constant_720', which it takes)."""
+    seen = set()
+    for node in graph.node:
+        if not node.name or (node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS):
+            continue
+        if node.name in seen:
+            raise ModelLoadError(f"Two nodes of {where} are named {node.name!r}: a node's name "
+                                 "is its own")
+        seen.add(node.name)
 
 
 def _check_file_order(graph, given, defined, where):

@@ -66,9 +66,9 @@ def contrib_opset(version):
     return model
 
 
-def in_if_branch(node):
-    """``node`` (reading x, writing t) as the then-branch of an If on a constant condition."""
-    branch = helper.make_graph([node], "then", [], [info("t", T.FLOAT, None)])
+def in_if_branch(*nodes):
+    """``nodes`` (reading x, writing t) as the then-branch of an If on a constant condition."""
+    branch = helper.make_graph(list(nodes), "then", [], [info("t", T.FLOAT, None)])
     other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
                               [info("e", T.FLOAT, None)])
     return make_model([helper.make_node("If", ["c"], ["z"], then_branch=branch,
@@ -244,6 +244,15 @@ CASES = {
     "an If branch writing an outer graph's input": (  # fuzz: gpt2's branch writing input_ids
         lambda: in_if_branch(helper.make_node("Relu", ["x"], ["x"])),
         "'Relu' \\(Relu\\) writes 'x', which graph 'then' or a graph around it"),
+    "two nodes of one name": (  # fuzz 20261207:6499: a flipped byte made vit's names equal
+        lambda: make_model([helper.make_node("Relu", ["x"], ["t"], name="n"),
+                            helper.make_node("Relu", ["t"], ["z"], name="n")],
+                           [X], [info("z", T.FLOAT, [2])]),
+        "Two nodes of graph 'g' are named 'n'"),
+    "two nodes of one name in an If branch": (
+        lambda: in_if_branch(helper.make_node("Relu", ["x"], ["s"], name="n"),
+                             helper.make_node("Relu", ["s"], ["t"], name="n")),
+        "Two nodes of graph 'then' are named 'n'"),
 }
 
 
@@ -500,3 +509,15 @@ def test_metadata_and_graph_name_of_invalid_utf8_load_and_save_as_they_came(back
     transmuter.save(loaded, tmp_path / "saved.onnx")
     saved = (tmp_path / "saved.onnx").read_bytes()
     assert b"\xddRODUCER" in saved and b"\xfeRAPHNAME" in saved
+
+
+def test_lenient_where_onnxruntime_is_constants_sharing_a_name():
+    """ONNX Runtime makes Constant nodes initializers before it checks node names, so the merged
+    decoders' branches that repeat 'Constant_720' load: so must they here."""
+    def constant(out):
+        return helper.make_node("Constant", [], [out], name="k",
+                                value=numpy_helper.from_array(np.ones(2, np.float32)))
+    model = make_model([constant("a"), constant("b"), helper.make_node("Add", ["a", "b"], ["z"])],
+                       [], [info("z", T.FLOAT, [2])])
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {})[0]
+    np.testing.assert_array_equal(transmuter.run(transmuter.load(model), {})["z"], want)
