@@ -230,3 +230,12 @@ def write_rows(xp, cache, new, slot):
     gathered = xp.take(new, source, axis=2)
     inside = xp.reshape((rows >= slot) & (rows < slot + s), (1, 1, length, 1))
     return xp.where(inside, gathered, cache)
+
+
+def write_presents(write, caches, presents, at):
+    """Every layer's cache with the rows its present (the past and the step's new rows
+    [B, H, L + S, D]) holds past the cache's L written by ``write(cache, new, at)``. Compiled as
+    one call for all layers: a slice and a write per layer cost ~1 ms of eager dispatch each
+    step (a 30-layer decoder: 120 calls)."""
+    return {name: write(cache, presents[name][:, :, cache.shape[2]:], at)
+            for name, cache in caches.items()}

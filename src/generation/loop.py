@@ -10,13 +10,15 @@ runs them, the stop checks and the decode step inside one compiled while_loop in
 (device_loop.py), with the same tokens.
 """
 
+import functools
+
 import numpy as np
 
 from ..backends.numpy import XP as HOST
 from ..compiled import CompiledFunction
 from ..errors import InputError
 from ..hub import POSITION_LIMITS
-from .cache import CacheLayout, write_rows
+from .cache import CacheLayout, write_presents, write_rows
 from .beam import BeamSearch
 from .processors import State, build as build_processors
 from .sampling import Sampler, build_warpers
@@ -60,8 +62,13 @@ class Generator:
         # the first call's graph: the merged decoder itself, or a split pair's without past
         self.first_dtypes = self.dtypes if first is None else {v.name: v.dtype
                                                                 for v in first.inputs}
-        self.write = model.backend.compile(lambda c, n, s: write_rows(model.backend.xp, c, n, s),
+        # helpers over every layer's cache in one call, made once per generator (a stepper
+        # that made its own would trace them again on every generate call)
+        xp, write = model.backend.xp, functools.partial(write_rows, model.backend.xp)
+        self.write = model.backend.compile(lambda c, p, s: write_presents(write, c, p, s),
                                            donate_argnums=(0,))
+        self.take = model.backend.compile(
+            lambda c, rows: {k: xp.take(v, rows, axis=0) for k, v in c.items()})
         self.context = next((self.model_config[k] for k in POSITION_LIMITS
                              if self.model_config.get(k)), None)
         self.stats = None

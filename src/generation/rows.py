@@ -15,6 +15,7 @@ import functools
 import numpy as np
 
 from ..pipelines.buckets import next_pow2
+from .cache import write_presents
 from .steppers import FixedCache, _Stepper
 
 
@@ -67,9 +68,8 @@ class Rows(_Stepper):
             for seq in request.sequences:
                 seq.row, seq.padding = self.owner.index(None), int(padding[j])
                 self.owner[seq.row] = seq
-                at = self._device(seq.row)
-                self.caches = {k: self._put_row(v, stepper.caches[k], source, at)
-                               for k, v in self.caches.items()}
+                self.caches = self._put_row(self.caches, stepper.caches, source,
+                                            self._device(seq.row))
         return logits
 
     def step(self):
@@ -91,10 +91,8 @@ class Rows(_Stepper):
         if self.layout.mode == "inplace":
             self.caches = {info.name: out[present] for info, present in self.layout.pairs}
         else:  # each row's new key/value at its own position (its slot in the buffer)
-            at = self._device(positions)
-            self.caches = {info.name: self._write_at(self.caches[info.name],
-                                                     out[present][:, :, self.capacity:], at)
-                           for info, present in self.layout.pairs}
+            presents = {info.name: out[present] for info, present in self.layout.pairs}
+            self.caches = self._write_at(self.caches, presents, self._device(positions))
         return np.asarray(out[self.layout.logits])[:, -1]
 
     def grow(self, capacity):
@@ -111,11 +109,12 @@ class Rows(_Stepper):
 
 @functools.cache
 def _helpers(backend):
-    """The compiled row copy and per-row write of ``backend``, shared by every server (a new
-    server would trace them again)."""
-    xp = backend.xp
-    return (backend.compile(lambda c, new, j, r: _put_row(xp, c, new, j, r), donate_argnums=(0,)),
-            backend.compile(lambda c, new, at: _write_at(xp, c, new, at), donate_argnums=(0,)))
+    """The compiled row copy and per-row write of ``backend``, each over every layer's cache in
+    one call, shared by every server (a new server would trace them again)."""
+    xp, write = backend.xp, functools.partial(_write_at, backend.xp)
+    return (backend.compile(lambda c, new, j, r: {k: _put_row(xp, v, new[k], j, r)
+                                                  for k, v in c.items()}, donate_argnums=(0,)),
+            backend.compile(lambda c, p, at: write_presents(write, c, p, at), donate_argnums=(0,)))
 
 
 def _put_row(xp, cache, new, j, row):

@@ -20,7 +20,6 @@ import numpy as np
 
 from ..errors import InputError
 from ..pipelines.buckets import next_pow2, pow2_chunks
-from .cache import write_rows
 
 # Cache buffers are at least this long, so short prompts of any length share one decode shape.
 MIN_CAPACITY = 64
@@ -38,8 +37,6 @@ def cache_capacity(n):
 class _Stepper:
     def __init__(self, gen):
         self.gen, self.layout = gen, gen.layout
-        xp = gen.model.backend.xp
-        self._take = gen.model.backend.compile(lambda c, i: xp.take(c, i, axis=0))
 
     def _call(self, fn, feed, caches, dtypes=None, index=None):
         """``index`` [B, S]: each fed token's index in its row (a prompt position or later)."""
@@ -55,8 +52,7 @@ class _Stepper:
         return self.gen.model.backend.asarray(np.asarray(x, np.int64))
 
     def _reorder(self, caches, rows):
-        at = self._device(rows)
-        return {k: self._take(v, at) for k, v in caches.items()}
+        return self.gen.take(caches, self._device(rows)) if caches else caches
 
     def _prompt_positions(self, width):
         """[R, B, width] positions of the prompts' tokens (R = 1, or 3 for M-RoPE) and each
@@ -173,10 +169,8 @@ class FixedCache(_Stepper):
         if self.layout.mode == "inplace":
             self.caches = {info.name: out[present] for info, present in pairs}
             return
-        at = self._device(slot)
-        self.caches = {info.name: self.gen.write(self.caches[info.name],
-                                                 out[present][:, :, self.capacity:], at)
-                       for info, present in pairs}
+        presents = {info.name: out[present] for info, present in pairs}
+        self.caches = self.gen.write(self.caches, presents, self._device(slot))
 
 
 class GrowingCache(_Stepper):
