@@ -344,7 +344,7 @@ class Profiler:
         self._wrap(steppers.GrowingCache, "start", "decoder first step (host + graph)")
         self._wrap(steppers.GrowingCache, "step", "decoder cache step (host + graph)")
         self._wrap(steppers._Stepper, "_call", None, block=True, key_of=lambda stepper, fn,
-                   feed, caches: "  graph call, " + ("first step" if feed["input_ids"].shape[1] > 1
+                   feed, caches, *a, **k: "  graph call, " + ("first step" if feed["input_ids"].shape[1] > 1
                                                      else "cache step"))
         self._wrap_builder(loop, "build_processors")  # generate's own processors
         self._wrap_builder(head, "_processors")  # Whisper's

@@ -24,6 +24,7 @@ from .sharding import batch_inputs
 
 
 RNG = "__transmuter_rng__"  # the name of the random key in a run's values
+LARGE_WEIGHT = 1 << 22  # elements (an lm_head of a vocabulary past ~8k)
 _CALLS = itertools.count(int.from_bytes(os.urandom(4), "little"))
 
 
@@ -74,7 +75,7 @@ class CompiledFunction:
         # Graphs that draw random values get a new key each call (a dynamic input of every
         # segment), so compiled draws differ between calls as eager ones do.
         self._random = any(node.opdef.random for node in walk(model.graph))
-        self._dequantizes = any(node.opdef.dequantizes for node in walk(model.graph))
+        self._library_dots = library_dots(model)
         self._batched = batch_inputs(model)  # inputs split over model.placement's devices
 
     def _without_static(self, inputs):
@@ -309,13 +310,32 @@ class CompiledFunction:
             return {k: v for k, v in out.items() if not is_static(v) and k not in p}
 
         fn = model.backend.compile(segment, donate_argnums=(2,) if donated else (),
-                                   dequantized_dots=self._dequantizes)
+                                   library_dots=self._library_dots)
         try:
             with model.backend.persistent_cache(self.compile_cache):
                 outputs = fn(seg_params, *_split(dynamic, donated))  # traces, compiles and runs
         except NeedsHost as brk:
             return self._build(start, env, dynamic, seg_params, stop=brk.index)
         return Segment(fn, end, dict(recorded), donated), outputs
+
+
+def library_dots(model):
+    """Whether the model's products run faster as library calls (backends' ``compile``): it
+    dequantizes weights in the graph, or multiplies by a large weight transposed (a tied
+    embedding as the lm_head, Gemm transB=1), whose [N, K] layout XLA's own emitter is slow at
+    for a few rows (a classifier head's is too small to matter)."""
+    if any(node.opdef.dequantizes for node in walk(model.graph)):
+        return True
+    weights = {name for name, value in {**model.constants, **model.params}.items()
+               if np.size(value) >= LARGE_WEIGHT}
+    transposed = set()
+    for node in walk(model.graph):
+        if node.op_type == "Transpose" and node.inputs[0] in weights:
+            transposed.update(node.outputs)
+    return any((node.op_type == "MatMul" and node.inputs[1] in transposed)
+               or (node.op_type == "Gemm" and node.attrs.get("transB") == 1
+                   and node.inputs[1] in weights | transposed)
+               for node in walk(model.graph))
 
 
 def _split(values, donated):

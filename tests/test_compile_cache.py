@@ -197,7 +197,7 @@ def product(x):
     return (x @ x.T).sum(axis=0)
 for dots in (False, True):
     with backend.BACKEND.persistent_cache(None):
-        backend.BACKEND.compile(product, dequantized_dots=dots)(np.ones((8, 8), np.float32))
+        backend.BACKEND.compile(product, library_dots=dots)(np.ones((8, 8), np.float32))
 print(json.dumps({"options": [backend._compiler_options(d) for d in (False, True)],
                   "hits": events.count("cache_hits"), "misses": events.count("cache_misses")}))
 """

@@ -114,7 +114,10 @@ class JaxNamespace(common.Namespace):
 # compiled function, so the rest of the user's process keeps XLA's defaults. Dots of weights
 # dequantized in the graph (MatMulNBits: W is (N, K), a transposed operand) run 2.5x slower in
 # XLA's emitter than in YNNPACK, so those graphs give their dots, alone, to YNNPACK (int4 decoder,
-# 64-token prompt: 218 -> 119 ms at batch 1, 681 -> 590 ms and decode steps -10% at batch 8).
+# 64-token prompt: 218 -> 119 ms at batch 1, 681 -> 590 ms and decode steps -10% at batch 8); and
+# so do graphs that multiply by a transposed weight, also an (N, K) operand: a tied embedding as
+# the lm_head (Whisper's 51,865 x 384: 2.3 ms for one row in XLA's emitter, 23-24 ms for 2 or 4,
+# 3.5 ms in YNNPACK; whisper-tiny's cache step at batch 4: 25 -> 8.7 ms).
 _CPU_OPTIONS = {
     False: {"xla_cpu_experimental_ynn_fusion_type": ""},
     True: {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
@@ -138,19 +141,19 @@ def _softmax_jvp(axis, primals, tangents):
     return y, safe * (t - (safe * t).sum(axis, keepdims=True))
 
 
-def _compiler_options(dequantized_dots=False):
+def _compiler_options(library_dots=False):
     """The CPU options above when the default device is a CPU and this jaxlib knows them."""
-    if dequantized_dots not in _options:
+    if library_dots not in _options:
         options = None
         if jax.default_backend() == "cpu":
             try:
-                candidate = _CPU_OPTIONS[dequantized_dots]
+                candidate = _CPU_OPTIONS[library_dots]
                 jax.jit(lambda x: x + 1, compiler_options=candidate)(np.float32(0))
                 options = dict(candidate)
             except Exception:  # an older or newer jaxlib without the option
                 pass
-        _options[dequantized_dots] = options
-    return _options[dequantized_dots]
+        _options[library_dots] = options
+    return _options[library_dots]
 
 
 class JaxBackend:
@@ -195,11 +198,11 @@ class JaxBackend:
             raise NotConcrete()
         return np.asarray(x)
 
-    def compile(self, fn, donate_argnums=(), dequantized_dots=False):
-        """jax.jit with the CPU options above (``dequantized_dots``: the function multiplies by
-        weights it dequantizes)."""
+    def compile(self, fn, donate_argnums=(), library_dots=False):
+        """jax.jit with the CPU options above (``library_dots``: the function multiplies by
+        weights it dequantizes or transposes; compiled.library_dots)."""
         plain = jax.jit(fn, donate_argnums=donate_argnums)
-        options = _compiler_options(dequantized_dots)
+        options = _compiler_options(library_dots)
         if options is None:
             return plain
         tuned = jax.jit(fn, donate_argnums=donate_argnums, compiler_options=options)

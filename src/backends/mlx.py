@@ -372,7 +372,7 @@ class MlxBackend:
                 raise NotConcrete() from None
             raise
 
-    def compile(self, fn, donate_argnums=(), dequantized_dots=False):
+    def compile(self, fn, donate_argnums=(), library_dots=False):
         return mx.compile(fn)  # MLX reuses buffers it holds the only reference to by itself
 
     def block(self, tree):

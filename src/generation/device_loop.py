@@ -140,9 +140,9 @@ class DeviceLoop:
                     lambda c: body(c, consts, params), carry)
 
             compile = self.gen.model.backend.compile
-            dots = self.gen.fn._dequantizes
+            dots = self.gen.fn._library_dots
             loop = (compile(choose, donate_argnums=(0,)),
-                    _guarded(compile(run, donate_argnums=(0,), dequantized_dots=dots)))
+                    _guarded(compile(run, donate_argnums=(0,), library_dots=dots)))
             if len(self._loops) >= _LOOP_CACHE_SIZE:
                 self._loops.pop(next(iter(self._loops)))
             self._loops[key] = loop
