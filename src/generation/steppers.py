@@ -196,6 +196,7 @@ class GrowingCache(_Stepper):
         self.caches = [None] * len(self.groups)
         self.cross = [{} for _ in self.groups]
         self.past = [0] * len(self.groups)
+        self._extras = {}  # (group, name) -> its rows of an extra input, on the device
 
     def prompt_padding(self):
         return np.zeros(len(self.prompts), np.int64)  # grouped by length: never padded
@@ -235,14 +236,14 @@ class GrowingCache(_Stepper):
         index = np.broadcast_to(past + np.arange(width), ids.shape)
         if layout.has_positions:  # text positions only: Generator.stepper refuses row_positions
             feed["position_ids"] = self._positions(index[None])
-        feed.update({k: np.asarray(v)[rows] for k, v in self.extra.items() if k in dtypes})
         if first:
             caches = layout.first_caches(len(rows), self.gen.model_config,
                                          cross_length=self._cross_length())
         else:
             caches = {**self.caches[g], **self.cross[g]}
-        out = self._call(self.gen.first_fn if first else self.gen.fn, feed, caches, dtypes,
-                         index=index)
+        extras = {k: self._extra(g, k, rows, dtypes[k]) for k in self.extra if k in dtypes}
+        out = self._call(self.gen.first_fn if first else self.gen.fn, feed,
+                         {**caches, **extras}, dtypes, index=index)
         name = layout.first_present if first else (lambda info, present: present)
         self.caches[g] = {info.name: out[name(info, present)] for info, present in layout.pairs}
         if first:
@@ -250,6 +251,15 @@ class GrowingCache(_Stepper):
                              for info, present in layout.cross_pairs}
         self.past[g] += width
         return np.asarray(out[layout.logits])[:real, -1]
+
+    def _extra(self, g, name, rows, dtype):
+        """Group ``g``'s rows of the extra input ``name``, moved to the device on its first call:
+        a group's rows never change (beams reorder within it), and Whisper's encoder states
+        copied and sent again every step cost 0.75 ms of a 9 ms step at batch 4."""
+        if (g, name) not in self._extras:
+            rows_of = np.asarray(self.extra[name])[rows].astype(dtype, copy=False)
+            self._extras[g, name] = self.gen.model.backend.asarray(rows_of)
+        return self._extras[g, name]
 
     def _cross_length(self):
         states = self.extra.get("encoder_hidden_states")
