@@ -328,13 +328,13 @@ def library_dots(model):
         return True
     weights = {name for name, value in {**model.constants, **model.params}.items()
                if np.size(value) >= LARGE_WEIGHT}
-    transposed = set()
-    for node in walk(model.graph):
-        if node.op_type == "Transpose" and node.inputs[0] in weights:
-            transposed.update(node.outputs)
+    transposed = {out for node in walk(model.graph)
+                  if node.op_type == "Transpose" and node.inputs[0] in weights
+                  for out in node.outputs}
+    gemm_b = weights | transposed  # Gemm transB=1 reads either as (N, K)
     return any((node.op_type == "MatMul" and node.inputs[1] in transposed)
                or (node.op_type == "Gemm" and node.attrs.get("transB") == 1
-                   and node.inputs[1] in weights | transposed)
+                   and node.inputs[1] in gemm_b)
                for node in walk(model.graph))
 
 
