@@ -1,6 +1,14 @@
-"""Attention computed in blocks of query rows, found in the graph at load.
+"""Two rewrites of the graph at load, for XLA's CPU compiler: a MatMul reads a transposed operand
+in place, and attention runs in blocks of query rows.
 
-Exported attention is MatMul(q, kᵀ) -> scale / mask -> Softmax -> MatMul(·, v), and XLA's CPU
+**Transposed operands.** MatMul(a, Transpose(x)) with batch axes (attention's q @ kᵀ) makes XLA
+copy x transposed first: it folds a transpose into a 2-D product, not into a batched one. For
+Whisper-tiny's cross-attention at a decode step (6 heads x 1500 keys, 4 layers) that copy costs
+1.4 ms of a 1.0 ms job (0.4 ms as one dot_general over x as it is). So the pair becomes one node
+that contracts x's own axes (einsum); weights (2-D, folded by XLA already, and seen by
+compiled.library_dots) keep their Transpose.
+
+**Attention in blocks.** Exported attention is MatMul(q, kᵀ) -> scale / mask -> Softmax -> MatMul(·, v), and XLA's CPU
 compiler writes the whole [..., S, T] score tensor out at each step. Past a few million scores
 (SigLIP at 512 px: 12 x 1024 x 1024, Whisper's encoder: 6 x 1500 x 1500) that runs 2-3x slower
 than the same chain over 128 query rows at a time, whose scores stay in cache (2 CPU cores,
@@ -18,13 +26,15 @@ import math
 import numpy as np
 
 from .errors import OpError, TransmuterError
-from .graph import Node, node_reads
+from .graph import Graph, Node, node_reads
 from .ops.registry import OpDef
 
 ROWS = 128  # query rows per block
 _SCORES = 1 << 22  # fewer scores than this (16 MB in f32) run as one block...
 _SLICE = 1 << 18  # ...and so do those whose [S, T] per head stays small (ViT's 197 x 197)
 _SCALES = frozenset({"Add", "Sub", "Mul", "Div"})  # between the MatMul and the Softmax
+_PRODUCTS = frozenset({"MatMul", "TransposedMatMul"})  # q @ kᵀ
+_TRANSPOSE_SIDE = frozenset({"Transpose", "Mul", "Div"})  # between a Transpose and its MatMul
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +43,22 @@ class Member:
     reads: tuple  # per input: an index into the fused node's inputs, or None: the chain so far
 
 
-def fuse_attention(graph):
-    """Replace each attention chain of ``graph`` (its nodes already resolved) by one node."""
+def fuse(graph, weights=frozenset()):
+    """Both rewrites on the nodes (already resolved) of ``graph`` and its subgraphs (If branches:
+    a merged decoder's), in place. ``weights``: the initializers of the graphs around it."""
+    weights = weights | set(graph.initializers)
+    for node in graph.nodes:
+        for value in node.attrs.values():
+            for sub in value if isinstance(value, list) else [value]:
+                if isinstance(sub, Graph):
+                    fuse(sub, weights)
+    _replace(graph, lambda *scope: _transposed_products(*scope, weights))
+    _replace(graph, _attention_chains)
+
+
+def _replace(graph, find):
+    """Replace the chains that ``find(graph, producer, consumer, private)`` yields (lists of
+    nodes, each ending at the node whose place its fused node takes) by their fused nodes."""
     readers = {}
     for node in graph.nodes:
         for name in node_reads(node):
@@ -42,17 +66,50 @@ def fuse_attention(graph):
     private = {name for name, count in readers.items() if count == 1} - set(graph.output_names)
     producer = {out: node for node in graph.nodes for out in node.outputs}
     consumer = {name: node for node in graph.nodes for name in node.inputs if name in private}
-    fused = {}
-    for node in graph.nodes:
-        if node.op_type == "Softmax" and _plain(node):
-            chain = _chain(node, producer, consumer, private)
-            if chain:
-                fused[id(chain[-1])] = (_fused_node(chain), {id(n) for n in chain})
+    fused = {id(chain[-1]): (node, {id(n) for n in chain})
+             for chain, node in find(graph, producer, consumer, private)}
     if not fused:
         return
     drop = set().union(*(members for _, members in fused.values()))
     graph.nodes = [fused[id(n)][0] if id(n) in fused else n
                    for n in graph.nodes if id(n) in fused or id(n) not in drop]
+
+
+def _transposed_products(graph, producer, consumer, private, weights):
+    """MatMul(a, Transpose(x)), and MatMul(a, Transpose(x) * c) (transformers' SDPA exports
+    scale kᵀ by a scalar): the chains from the Transpose to the MatMul."""
+    for node in graph.nodes:
+        if node.op_type != "MatMul" or not _plain(node):
+            continue
+        chain, name = [node], node.inputs[1]
+        while name in private and name in producer:
+            made = producer[name]
+            if not _plain(made) or len(made.outputs) != 1:
+                break
+            chain.insert(0, made)
+            if made.op_type == "Transpose":
+                if made.inputs[0] not in weights:
+                    yield chain, _fused_node(chain, "TransposedMatMul", _TRANSPOSED,
+                                             [n.name or n.op_type for n in chain],
+                                             first=node.inputs[0])
+                break
+            if made.op_type == "Mul" and len(made.inputs) == 2:
+                name = next((n for n in made.inputs if n in private
+                             and getattr(producer.get(n), "op_type", None) in _TRANSPOSE_SIDE),
+                            None)
+            elif made.op_type == "Div" and len(made.inputs) == 2:
+                name = made.inputs[0]
+            else:
+                break
+
+
+def _attention_chains(graph, producer, consumer, private):
+    for node in graph.nodes:
+        if node.op_type == "Softmax" and _plain(node):
+            chain = _chain(node, producer, consumer, private)
+            if chain:
+                yield chain, _fused_node(chain, "FusedAttention", _ATTENTION,
+                                         [n.name or n.op_type for n in chain])
 
 
 def _plain(node):
@@ -73,7 +130,7 @@ def _chain(softmax, producer, consumer, private):
         if not _plain(node) or len(node.outputs) != 1:
             return None
         down.append(node)
-        if node.op_type == "MatMul":
+        if node.op_type in _PRODUCTS:
             return up + [softmax] + down if node.inputs[0] == name else None
         if node.op_type != "Cast":
             return None
@@ -88,7 +145,7 @@ def _scores(name, producer, private, depth=0):
     if name not in private or node is None or not _plain(node) or len(node.outputs) != 1 \
             or depth > 8:
         return None
-    if node.op_type == "MatMul":
+    if node.op_type in _PRODUCTS:
         return [node]
     if node.op_type == "Cast":
         candidates = node.inputs[:1]
@@ -103,8 +160,10 @@ def _scores(name, producer, private, depth=0):
     return None
 
 
-def _fused_node(chain):
-    inputs, members, made = [], [], None
+def _fused_node(chain, op_type, opdef, names, first=None):
+    """One node in place of ``chain``: its inputs are those the chain reads from outside
+    (``first`` first: a product's left operand stays its input 0)."""
+    inputs, members, made = [] if first is None else [first], [], None
     for node in chain:
         reads = []
         for name in node.inputs:
@@ -116,12 +175,46 @@ def _fused_node(chain):
                 reads.append(inputs.index(name))
         members.append(Member(node, tuple(reads)))
         made = node.outputs[0]
-    last = chain[-1]
-    label = " -> ".join(n.name or n.op_type for n in chain)
-    fused = Node(f"attention {label}", "FusedAttention", "", inputs, list(last.outputs),
+    fused = Node(" -> ".join(names), op_type, "", inputs, list(chain[-1].outputs),
                  {"members": tuple(members)})
-    fused.opdef = _OPDEF
+    fused.opdef = opdef
     return fused
+
+
+def transposed_matmul(xp, *inputs, members):
+    """MatMul(a, Transpose(x) [* c]) as one contraction over x's axes (then * c: onnxruntime's
+    FusedMatMul scales its product the same way), where the shapes allow it."""
+    transpose, *scales, product = members
+    a, x = inputs[product.reads[0]], inputs[transpose.reads[0]]
+    factors = [(m.node.op_type, inputs[next(r for r in m.reads if r is not None)])
+               for m in scales]
+    spec = _contraction(a, x, transpose.node.attrs.get("perm"))
+    if spec is None or not xp.is_float(a) or any(
+            np.size(c) != 1 or np.ndim(c) > x.ndim for _, c in factors):
+        return _run(xp, inputs, members)
+    y = xp.einsum(spec, a, x)
+    for op_type, c in factors:
+        y = y * c if op_type == "Mul" else y / c
+    return y
+
+
+def _contraction(a, x, perm):
+    """The einsum of a @ transpose(x, perm), or None (a rank below 3, axes that do not match:
+    then the two nodes run as they are, and raise what they raise)."""
+    n = getattr(x, "ndim", 0)
+    perm = list(range(n))[::-1] if perm is None else list(perm)
+    if n < 3 or getattr(a, "ndim", 0) < 2 or sorted(perm) != list(range(n)) or \
+            a.shape[-1] != x.shape[perm[-2]]:
+        return None
+    if perm[:-2] == list(range(n - 2)) and perm[-2:] == [n - 1, n - 2]:
+        return "...ij,...kj->...ik"  # batch axes in place: they broadcast as MatMul's do
+    batch = "abcdefghlmnopqrstuvwxyz"[:n - 2]
+    if n - 2 > len(batch) or a.ndim != n or \
+            tuple(a.shape[:-2]) != tuple(x.shape[p] for p in perm[:-2]):
+        return None
+    letters = batch + "jk"  # the transposed operand's axes
+    xs = "".join(letters[perm.index(i)] for i in range(n))
+    return f"{batch}ij,{xs}->{batch}ik"
 
 
 def attention(xp, *inputs, members):
@@ -166,20 +259,21 @@ def _plan(inputs, members):
     scores, or shapes that are not attention's: [..., S, D] @ [..., D, T], operands that
     broadcast to the scores, a last-axis Softmax, then @ [..., T, Dv]."""
     first, last = members[0], members[-1]
-    (qi, ki), vi = first.reads, last.reads[1]
+    (qi, ki), vi = first.reads[:2], last.reads[1]
     operands = [r for m in members[1:-1] for r in m.reads if r is not None]
+    scales = {*first.reads[2:], *last.reads[2:]}  # of a transposed operand: not cut in rows
     if last.reads[0] is not None or vi is None or len({qi, ki, vi}) < 3 or \
-            {qi, ki, vi} & set(operands):
+            {qi, ki, vi} & (set(operands) | scales) or qi in scales:
         return None
-    q, k, v = inputs[qi], inputs[ki], inputs[vi]
-    if any(getattr(x, "ndim", 0) < 2 for x in (q, k, v)):
+    q = inputs[qi]
+    k, v = _right_operand(first, inputs[ki]), _right_operand(last, inputs[vi])
+    if getattr(q, "ndim", 0) < 2 or k is None or v is None or len(k) < 2 or len(v) < 2:
         return None
-    size, keys = q.shape[-2], k.shape[-1]
-    if q.shape[-1] != k.shape[-2] or v.shape[-2] != keys or size < 2 * ROWS:
+    size, keys = q.shape[-2], k[-1]
+    if q.shape[-1] != k[-2] or v[-2] != keys or size < 2 * ROWS:
         return None
     try:
-        scores = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])) + (
-            size, keys)
+        scores = tuple(np.broadcast_shapes(q.shape[:-2], k[:-2], v[:-2])) + (size, keys)
         if any(tuple(np.broadcast_shapes(inputs[r].shape, scores)) != scores for r in operands):
             return None
     except ValueError:
@@ -194,6 +288,17 @@ def _plan(inputs, members):
     return math.ceil(size / math.ceil(size / ROWS)), [qi, *sorted(varying)]
 
 
+def _right_operand(member, x):
+    """The shape of a product's right operand: ``x``'s, or as the Transpose folded into it
+    leaves ``x`` (None: a perm that is not one)."""
+    shape = tuple(getattr(x, "shape", ()))
+    if member.node.op_type != "TransposedMatMul":
+        return shape
+    perm = member.node.attrs["members"][0].node.attrs.get("perm")  # the Transpose's
+    perm = list(range(len(shape)))[::-1] if perm is None else list(perm)
+    return tuple(shape[p] for p in perm) if sorted(perm) == list(range(len(shape))) else None
+
+
 def _blocks(xp, x, rows, count):
     """``x`` [..., S, n] as [count, ..., rows, n], zero rows padded at the end."""
     pad = count * rows - x.shape[-2]
@@ -203,4 +308,5 @@ def _blocks(xp, x, rows, count):
     return xp.moveaxis(x, -3, 0)
 
 
-_OPDEF = OpDef("", "FusedAttention", 1, attention)
+_TRANSPOSED = OpDef("", "TransposedMatMul", 1, transposed_matmul)
+_ATTENTION = OpDef("", "FusedAttention", 1, attention)

@@ -8,7 +8,7 @@ import onnx
 from . import backends, dtypes, ops
 from .compile_cache import check_option
 from .errors import InputError, ModelLoadError, UnsupportedOperatorError
-from .fusion import fuse_attention
+from .fusion import fuse
 from .graph import parse_graph, walk
 from .onnx_file import read_onnx, refuse_external_data
 from .ops.bounds import check_input
@@ -81,7 +81,7 @@ class Model:
                 precision.upcast_half
             rewrite(self.graph)
         self._resolve_ops()
-        fuse_attention(self.graph)
+        fuse(self.graph)
         loaded = dict(self.graph.initializers)
         _prepare_weights(self.graph)
         self.weights.record(loaded, self.graph.initializers)

@@ -75,8 +75,8 @@ def fused_nodes(model):
 def planned_rows(model, feed):
     """The rows per block that the fused node chooses for ``feed`` (None: one block)."""
     (node,) = fused_nodes(model)
-    shapes = {"q": (1, HEADS, feed["x"].shape[1], DIM), "kt": (1, HEADS, DIM, feed["y"].shape[1]),
-              "v": (1, HEADS, feed["y"].shape[1], DIM), "scale": (), "mask": feed["mask"].shape}
+    shapes = {"q": (1, HEADS, feed["x"].shape[1], DIM), "k3": (1, feed["y"].shape[1], HEADS, DIM),
+              "v3": (1, feed["y"].shape[1], HEADS, DIM), "scale": (), "mask": feed["mask"].shape}
     inputs = [np.zeros(shapes[name], np.float32) for name in node.inputs]
     plan = fusion._plan(inputs, node.attrs["members"])
     return None if plan is None else plan[0]
@@ -135,3 +135,46 @@ def test_a_broken_chain_names_its_own_node():
     feed["y"] = feed["y"][:, :1000]  # 1000 keys, but the mask has 1024 columns
     with pytest.raises(OpError, match="Add node"):
         transmuter.compile(model, feed)(feed)
+
+
+def transposed_product(x_shape, perm, scale):
+    """MatMul(a, Transpose(x, perm) * scale), as transformers' SDPA exports scale kᵀ."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    bt = np.transpose(x, perm)
+    a = rng.standard_normal(bt.shape[:-2] + (5, bt.shape[-2])).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=perm),
+             helper.make_node("Mul", ["xt", "scale"], ["scaled"]),
+             helper.make_node("MatMul", ["a", "scaled"], ["y"])]
+    proto = make_model(nodes, [info("a", TensorProto.FLOAT, None), info("x", TensorProto.FLOAT, None)],
+                       [info("y", TensorProto.FLOAT, None)], {"scale": np.asarray(scale, np.float32)})
+    return proto, {"a": a, "x": x}
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("x_shape, perm, scale, contraction", [
+    ((2, 3, 40, 8), [0, 1, 3, 2], 0.35, "...ij,...kj->...ik"),  # k [B, H, T, D] -> kᵀ
+    ((2, 40, 3, 8), [0, 2, 3, 1], 0.35, "abij,akbj->abik"),  # k [B, T, H, D] -> kᵀ at once
+    ((2, 3, 40, 8), [0, 1, 3, 2], np.full((1, 1, 8, 40), 0.5), None),  # not a scalar: as is
+    ((40, 8), [1, 0], 0.35, None)])  # 2-D: XLA folds it itself; the nodes run as they are
+def test_transposed_products_equal_onnxruntime(backend, x_shape, perm, scale, contraction):
+    proto, feed = transposed_product(x_shape, perm, scale)
+    model = transmuter.load(proto, backend=backend)
+    assert [n.op_type for n in model.graph.nodes] == ["TransposedMatMul"]
+    if contraction or np.ndim(scale) == 0:
+        assert fusion._contraction(feed["a"], feed["x"], perm) == contraction
+    got = np.asarray(transmuter.compile(model, feed)(feed)["y"])
+    # float32 sums of 8 or 40 products in another order, scaled after the sum (as onnxruntime's
+    # FusedMatMul scales) rather than before: a few ulps
+    np.testing.assert_allclose(got, reference(proto, feed)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_transposed_weights_keep_their_transpose():
+    """A weight's Transpose stays (XLA folds 2-D ones; compiled.library_dots looks for it)."""
+    w = np.ones((8, 4), np.float32)
+    proto = make_model([helper.make_node("Transpose", ["w"], ["wt"]),
+                        helper.make_node("MatMul", ["a", "wt"], ["y"])],
+                       [info("a", TensorProto.FLOAT, [2, 4])], [info("y", TensorProto.FLOAT, None)],
+                       {"w": w})
+    model = transmuter.load(proto)
+    assert [n.op_type for n in model.graph.nodes] == ["Transpose", "MatMul"]
