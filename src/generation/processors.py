@@ -36,6 +36,21 @@ def _token_mask(xp, scores, token_ids):
     return xp.asarray(mask)
 
 
+def _ban_tokens(xp, scores, token_ids, rows=None):
+    """``scores`` with the columns ``token_ids`` at -inf, in the rows where ``rows`` (bool [B])
+    is True, or in all. Only those columns are read and written: a mask as wide as the
+    vocabulary cost three passes over [B, V] per processor (Whisper's 51,865 columns at batch 4:
+    0.4-0.5 ms a processor a step on the host)."""
+    cols = np.asarray(sorted({i for i in token_ids if 0 <= i < scores.shape[-1]}), np.int64)
+    if not cols.size:
+        return scores
+    banned = xp.asarray(NEG_INF, dtype=scores.dtype)
+    if rows is not None:
+        banned = xp.where(rows[:, None], banned, scores[:, cols])
+    return xp.index_update(scores, (slice(None), cols),
+                           xp.broadcast_to(banned, (scores.shape[0], cols.size)))
+
+
 def _row_mask(xp, shape, rows, cols, valid):
     """bool [B, V]: True at (rows[i], cols[i]) wherever ``valid[i]`` (a scatter of flags)."""
     flags = xp.zeros(shape, dtype=np.int32)
@@ -126,8 +141,7 @@ class MinLength:
         self.min_length, self.eos = min_length, list(eos_token_id)
 
     def __call__(self, xp, state, scores):
-        short = (state.lengths < self.min_length)[:, None]
-        return _ban(xp, scores, short & _token_mask(xp, scores, self.eos))
+        return _ban_tokens(xp, scores, self.eos, state.lengths < self.min_length)
 
 
 class MinNewTokens:
@@ -137,8 +151,8 @@ class MinNewTokens:
         self.min_new_tokens, self.eos = min_new_tokens, list(eos_token_id)
 
     def __call__(self, xp, state, scores):
-        short = (state.lengths - state.prompt_lengths < self.min_new_tokens)[:, None]
-        return _ban(xp, scores, short & _token_mask(xp, scores, self.eos))
+        return _ban_tokens(xp, scores, self.eos,
+                           state.lengths - state.prompt_lengths < self.min_new_tokens)
 
 
 class _Forced:
@@ -174,7 +188,7 @@ class SuppressTokens:
         self.tokens = list(token_ids)
 
     def __call__(self, xp, state, scores):
-        return _ban(xp, scores, _token_mask(xp, scores, self.tokens))
+        return _ban_tokens(xp, scores, self.tokens)
 
 
 class SuppressTokensAtBegin:
@@ -184,8 +198,8 @@ class SuppressTokensAtBegin:
         self.tokens, self.offset = list(token_ids), offset
 
     def __call__(self, xp, state, scores):
-        begin = (state.lengths == state.prompt_lengths + self.offset)[:, None]
-        return _ban(xp, scores, begin & _token_mask(xp, scores, self.tokens))
+        return _ban_tokens(xp, scores, self.tokens,
+                           state.lengths == state.prompt_lengths + self.offset)
 
 
 def build(config):
