@@ -223,6 +223,7 @@ def attention(xp, *inputs, members):
     if plan is None:
         return _run(xp, inputs, members)
     rows, sliced = plan
+    inputs, members = _hoisted(xp, list(inputs), members)
     size = inputs[members[0].reads[0]].shape[-2]
     count = math.ceil(size / rows)
     blocks = [_blocks(xp, inputs[i], rows, count) for i in sliced]
@@ -237,6 +238,20 @@ def attention(xp, *inputs, members):
     out = xp.moveaxis(out, 0, -3)  # [..., count, rows, dv]
     out = xp.reshape(out, tuple(out.shape[:-3]) + (count * rows, out.shape[-1]))
     return out[..., :size, :]
+
+
+def _hoisted(xp, inputs, members):
+    """The chain with the transposed operands of its products made once, before the blocks
+    (where a block contracts k or v as it is, XLA copies it again for each block)."""
+    out = []
+    for m in members:
+        if m.node.op_type == "TransposedMatMul":
+            *prepare, product = m.node.attrs["members"]
+            own = [None if r is None else inputs[r] for r in m.reads]  # its inputs: a, x, scales
+            inputs.append(_run(xp, own, prepare))
+            m = Member(product.node, (m.reads[0], len(inputs) - 1))
+        out.append(m)
+    return inputs, out
 
 
 def _run(xp, inputs, members):
