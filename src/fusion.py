@@ -3,16 +3,18 @@ in place, and attention runs in blocks of query rows.
 
 **Transposed operands.** MatMul(a, Transpose(x)) with batch axes (attention's q @ kᵀ) makes XLA
 copy x transposed first: it folds a transpose into a 2-D product, not into a batched one. For
-Whisper-tiny's cross-attention at a decode step (6 heads x 1500 keys, 4 layers) that copy costs
-1.4 ms of a 1.0 ms job (0.4 ms as one dot_general over x as it is). So the pair becomes one node
-that contracts x's own axes (einsum); weights (2-D, folded by XLA already, and seen by
-compiled.library_dots) keep their Transpose.
+Whisper-tiny's cross-attention at a decode step (6 heads x 1500 keys, 4 layers) the copy makes
+the products take 1.4 ms, where one dot_general over x as it is takes 0.4 ms. So the pair becomes
+one node that contracts x's own axes (einsum); weights (2-D, folded by XLA already, and seen by
+compiled.library_dots) keep their Transpose, and a product of a weight stays a MatMul of its own
+(lora.py finds the weights it adapts there).
 
-**Attention in blocks.** Exported attention is MatMul(q, kᵀ) -> scale / mask -> Softmax -> MatMul(·, v), and XLA's CPU
-compiler writes the whole [..., S, T] score tensor out at each step. Past a few million scores
-(SigLIP at 512 px: 12 x 1024 x 1024, Whisper's encoder: 6 x 1500 x 1500) that runs 2-3x slower
-than the same chain over 128 query rows at a time, whose scores stay in cache (2 CPU cores,
-jaxlib 0.10: one SigLIP layer's attention 53-62 ms -> 21 ms). Each row of the chain's output
+**Attention in blocks.** Exported attention is MatMul(q, kᵀ) -> scale / mask -> Softmax ->
+MatMul(·, v), and XLA's CPU compiler writes the whole [..., S, T] score tensor out at each step.
+Past a few million scores (SigLIP at 512 px: 12 x 1024 x 1024, Whisper's encoder: 6 x 1500 x
+1500) that runs 2-3x slower than the same chain over 128 query rows at a time, whose scores stay
+in cache (2 CPU cores, jaxlib 0.10: attention of SigLIP's shape alone 53-62 ms -> 21 ms; the
+whole 512-px SigLIP encoder 925 -> 792 ms). Each row of the chain's output
 depends only on that row of q and of the mask, so the blocks give the same numbers.
 
 The chain's nodes stay as they are inside one node, and each block runs them as the runner would
@@ -53,7 +55,7 @@ def fuse(graph, weights=frozenset()):
                 if isinstance(sub, Graph):
                     fuse(sub, weights)
     _replace(graph, lambda *scope: _transposed_products(*scope, weights))
-    _replace(graph, _attention_chains)
+    _replace(graph, lambda *scope: _attention_chains(*scope, weights))
 
 
 def _replace(graph, find):
@@ -103,11 +105,11 @@ def _transposed_products(graph, producer, consumer, private, weights):
                 break
 
 
-def _attention_chains(graph, producer, consumer, private):
+def _attention_chains(graph, producer, consumer, private, weights):
     for node in graph.nodes:
         if node.op_type == "Softmax" and _plain(node):
             chain = _chain(node, producer, consumer, private)
-            if chain:
+            if chain and not weights & {*chain[0].inputs, *chain[-1].inputs}:
                 yield chain, _fused_node(chain, "FusedAttention", _ATTENTION,
                                          [n.name or n.op_type for n in chain])
 

@@ -178,3 +178,15 @@ def test_transposed_weights_keep_their_transpose():
                        {"w": w})
     model = transmuter.load(proto)
     assert [n.op_type for n in model.graph.nodes] == ["Transpose", "MatMul"]
+
+
+def test_attention_over_a_weight_keeps_its_matmul():
+    """Keys that are a weight (a learned probe) stay a MatMul that lora.py can adapt."""
+    keys = np.ones((4, 6), np.float32)
+    proto = make_model([helper.make_node("MatMul", ["q", "keys"], ["s"]),
+                        helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+                        helper.make_node("MatMul", ["p", "v"], ["y"])],
+                       [info("q", TensorProto.FLOAT, [3, 4]), info("v", TensorProto.FLOAT, [6, 2])],
+                       [info("y", TensorProto.FLOAT, None)], {"keys": keys})
+    assert [n.op_type for n in transmuter.load(proto).graph.nodes] == ["MatMul", "Softmax",
+                                                                      "MatMul"]
