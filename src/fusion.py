@@ -184,8 +184,10 @@ def _fused_node(chain, op_type, opdef, names, first=None):
 
 
 def transposed_matmul(xp, *inputs, members):
-    """MatMul(a, Transpose(x) [* c]) as one contraction over x's axes (then * c: onnxruntime's
-    FusedMatMul scales its product the same way), where the shapes allow it."""
+    """MatMul(a, Transpose(x) [* c]) as one contraction over x's axes, where the shapes allow
+    it. A float32 product is scaled after its sum, as onnxruntime's FusedMatMul scales (an ulp
+    or so from scaling first); a half one scales x first, exactly as the graph rounds: scaling
+    after would move its result by a half-precision ulp (1e-3)."""
     transpose, *scales, product = members
     a, x = inputs[product.reads[0]], inputs[transpose.reads[0]]
     factors = [(m.node.op_type, inputs[next(r for r in m.reads if r is not None)])
@@ -194,7 +196,14 @@ def transposed_matmul(xp, *inputs, members):
     if spec is None or not xp.is_float(a) or any(
             np.size(c) != 1 or np.ndim(c) > x.ndim for _, c in factors):
         return _run(xp, inputs, members)
+    first = xp.is_half(a)
+    if first:
+        x = _scaled(x, factors)
     y = xp.einsum(spec, a, x)
+    return y if first else _scaled(y, factors)
+
+
+def _scaled(y, factors):
     for op_type, c in factors:
         y = y * c if op_type == "Mul" else y / c
     return y
