@@ -1,7 +1,9 @@
-"""Attention in blocks of query rows (fusion.py): which chains fuse, that the blocks give
-onnxruntime's answer (padded rows, a mask that varies by row, a fully masked row, Cast between
-Softmax and MatMul), that gradients pass through them, and that a broken chain fails naming its
-own node, as it would unfused."""
+"""The load-time fusions (fusion.py). Attention in blocks of query rows: which chains fuse, that
+the blocks give onnxruntime's answer (padded rows, a mask that varies by row, a fully masked row,
+Cast between Softmax and MatMul), that gradients pass through them, and that a broken chain fails
+naming its own node, as it would unfused. Transposed products: onnxruntime's answer on every
+path (in place, a Transpose that moves batch axes, the nodes as they are), and weights left
+alone."""
 
 import pathlib
 
@@ -24,18 +26,15 @@ ODD = 333  # 3 blocks of 111
 PADDED = 259  # 3 blocks of 87: two padded rows
 
 
-def attention_model(rows, keys, *, mask_rows=True, output_probs=False, w_dim=DIM):
+def attention_model(rows, keys, *, mask_rows=True, output_probs=False):
     """x [1, rows, HEADS*DIM] projected to q, and k/v from y [1, keys, ...]: exported attention,
     MatMul(q, Transpose(k)) -> Mul(scale) -> Add(mask) -> Softmax -> Cast -> MatMul(v)."""
     rng = np.random.default_rng(0)
     width = HEADS * DIM
     weights = {name: (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
-               for name in ("wq", "wk")}
-    weights["wv"] = (rng.standard_normal((width, HEADS * w_dim)) / np.sqrt(width)).astype(
-        np.float32)
+               for name in ("wq", "wk", "wv")}
     weights["scale"] = np.float32(DIM ** -0.5)
     weights["heads"] = np.array([1, -1, HEADS, DIM], np.int64)
-    weights["vheads"] = np.array([1, -1, HEADS, w_dim], np.int64)
     nodes = [helper.make_node("MatMul", ["x", "wq"], ["q2"]),
              helper.make_node("Reshape", ["q2", "heads"], ["q3"]),
              helper.make_node("Transpose", ["q3"], ["q"], perm=[0, 2, 1, 3]),
@@ -43,7 +42,7 @@ def attention_model(rows, keys, *, mask_rows=True, output_probs=False, w_dim=DIM
              helper.make_node("Reshape", ["k2", "heads"], ["k3"]),
              helper.make_node("Transpose", ["k3"], ["kt"], perm=[0, 2, 3, 1]),
              helper.make_node("MatMul", ["y", "wv"], ["v2"]),
-             helper.make_node("Reshape", ["v2", "vheads"], ["v3"]),
+             helper.make_node("Reshape", ["v2", "heads"], ["v3"]),
              helper.make_node("Transpose", ["v3"], ["v"], perm=[0, 2, 1, 3]),
              helper.make_node("MatMul", ["q", "kt"], ["scores"], name="qk"),
              helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
