@@ -213,9 +213,8 @@ def _contraction(a, x, perm):
     """The einsum of a @ transpose(x, perm), or None (a rank below 3, axes that do not match:
     then the two nodes run as they are, and raise what they raise)."""
     n = getattr(x, "ndim", 0)
-    perm = list(range(n))[::-1] if perm is None else list(perm)
-    if n < 3 or getattr(a, "ndim", 0) < 2 or sorted(perm) != list(range(n)) or \
-            a.shape[-1] != x.shape[perm[-2]]:
+    perm = _perm(perm, n)
+    if n < 3 or getattr(a, "ndim", 0) < 2 or perm is None or a.shape[-1] != x.shape[perm[-2]]:
         return None
     if perm[:-2] == list(range(n - 2)) and perm[-2:] == [n - 1, n - 2]:
         return "...ij,...kj->...ik"  # batch axes in place: they broadcast as MatMul's do
@@ -320,9 +319,15 @@ def _right_operand(member, x):
     shape = tuple(getattr(x, "shape", ()))
     if member.node.op_type != "TransposedMatMul":
         return shape
-    perm = member.node.attrs["members"][0].node.attrs.get("perm")  # the Transpose's
-    perm = list(range(len(shape)))[::-1] if perm is None else list(perm)
-    return tuple(shape[p] for p in perm) if sorted(perm) == list(range(len(shape))) else None
+    perm = _perm(member.node.attrs["members"][0].node.attrs.get("perm"), len(shape))
+    return None if perm is None else tuple(shape[p] for p in perm)
+
+
+def _perm(perm, n):
+    """A Transpose's ``perm`` for rank ``n`` as a list (none given: the axes reversed), or None
+    where it is not a permutation of them (the Transpose itself then says so)."""
+    perm = list(range(n))[::-1] if perm is None else list(perm)
+    return perm if sorted(perm) == list(range(n)) else None
 
 
 def _blocks(xp, x, rows, count):
