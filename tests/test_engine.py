@@ -356,3 +356,28 @@ def test_flags_other_than_one_read_as_onnxruntime_reads_them(backend, op):
                                     feed)["y"])
     assert got.shape == want.shape == (3,)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op,shapes", [
+    ("ScatterND", ([2, 3], [0, 2], [0])),
+    ("ScatterND", ([1, 1, 0, 2], [1, 1, 0, 1, 4], [1, 1, 0, 1])),  # SAM 2's
+    ("ScatterElements", ([2, 3], [2, 0], [2, 0])),
+    ("ScatterElements", ([1, 1, 0, 2], [1, 1, 0, 2], [1, 1, 0, 2])),
+])
+def test_an_empty_scatter_changes_nothing(backend, op, shapes):
+    """SAM 2's prompt encoder scatters into the coordinates of zero points (a boxes-only prompt):
+    onnxruntime returns the data unchanged; MLX's scatter refused an empty update into empty
+    data."""
+    data_shape, index_shape, update_shape = shapes
+    model = make_model([helper.make_node(op, ["x", "i", "u"], ["y"])],
+                       [info("x", TensorProto.FLOAT, data_shape),
+                        info("i", TensorProto.INT64, index_shape),
+                        info("u", TensorProto.FLOAT, update_shape)],
+                       [info("y", TensorProto.FLOAT, data_shape)])
+    feed = {"x": np.arange(np.prod(data_shape), dtype=np.float32).reshape(data_shape),
+            "i": np.zeros(index_shape, np.int64), "u": np.zeros(update_shape, np.float32)}
+    want = reference(model, feed)["y"]
+    loaded = transmuter.load(model.SerializeToString(), backend=backend)
+    for got in (transmuter.run(loaded, feed), transmuter.compile(loaded, feed)(feed)):
+        np.testing.assert_array_equal(np.asarray(got["y"]), want)

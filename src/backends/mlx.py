@@ -191,6 +191,8 @@ class MlxNamespace(common.Namespace):
         return mx.swapaxes(x, a, b)
 
     def index_update(self, x, index, updates, mode="set"):
+        if 0 in tuple(getattr(updates, "shape", ())):
+            return x  # MLX rejects an empty update ("too large for array"); it changes nothing
         index = tuple(to_mx(i) if isinstance(i, np.ndarray) else i for i in index)
         if mode == "set":
             out = mx.array(x)
