@@ -127,6 +127,9 @@ def _options(text):
     if not isinstance(value, dict):
         raise UsageError(f"--options must be a JSON object such as '{{\"top_k\": 3}}', got "
                          f"{text!r}")
+    for flag in ("backend", "variant"):  # each has its own flag, which would be given twice
+        if flag in value:
+            raise UsageError(f"--options sets {flag!r}: give it as --{flag} {value[flag]}")
     return value
 
 

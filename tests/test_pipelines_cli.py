@@ -73,6 +73,10 @@ def test_run_folder_of_images_writes_maps_as_files(tmp_path):
      "neither a file nor a folder"),
     (["run", "text-classification", MODEL, "x", "--options", '{"batch_size": 0}'],
      "batch_size must be a positive int"),
+    (["run", "text-classification", MODEL, "x", "--options", '{"backend": "mlx"}'],
+     "--options sets 'backend': give it as --backend mlx"),
+    (["run", "text-classification", MODEL, "x", "--options", '{"variant": "q8"}'],
+     "give it as --variant q8"),
 ])
 def test_bad_command_lines_print_one_line(args, message, capsys):
     assert cli.main([*args, "--quiet"]) == 2
