@@ -1,6 +1,6 @@
 """transformers' `*ImageProcessorFast` (4.57) of the detection / dense families: DETR (and its
 verbatim copies: Conditional and Deformable DETR, Grounding DINO), YOLOS, RT-DETR, MaskFormer /
-Mask2Former, DPT, SAM and Swin2SR (Owlv2's is in image_owlv2_fast.py).
+Mask2Former, DPT, SAM, SAM 2 and Swin2SR (Owlv2's is in image_owlv2_fast.py).
 
 Each reads its options as the Fast classes do (image_families_fast.FastImageProcessor: a null or
 missing key takes the class default), takes its size rule from image_sizes.py (the slow family's)
@@ -207,6 +207,22 @@ class SamImageProcessorFast(FastImageProcessor):
 
     def output_size(self, image_hw):
         return S.longest_edge_size(image_hw, self.size["longest_edge"])
+
+
+@register("Sam2ImageProcessorFast")
+class Sam2ImageProcessorFast(FastImageProcessor):
+    """Sam2ImageProcessorFast (SAM 2 / 2.1): the Fast base's steps as they are. Unlike SAM's, no
+    aspect-preserving longest-edge resize and no padding to pad_size (do_pad is None): the image
+    is squeezed to size's height x width (1024x1024), so `size` is that height x width (its
+    reshaped_input_sizes, like SAM Fast's, repeat the original sizes). do_pad / pad_size are the
+    base's (a do_pad config pads, as there); mask_pad_size is not read."""
+
+    defaults = {"resample": BILINEAR, "size": {"height": 1024, "width": 1024},
+                "mask_size": {"height": 256, "width": 256}, "do_convert_rgb": True,
+                "do_pad": None, **_DEFAULT_MEAN_STD, **_ON}
+
+    def family(self, mask_size):
+        pass  # segmentation maps (labels) only
 
 
 @register("Swin2SRImageProcessorFast")

@@ -148,6 +148,10 @@ SETS = {
                  pad_size={"height": 32, "width": 32}), TWENTY, {}),
     "sam_no_pad": (fast(slow.fixture("sam"), "SamImageProcessorFast", size={"longest_edge": 30},
                         do_pad=False, resample=3), CORE[:4], {}),
+    # SAM 2 (no committed sam2 fixture: written inline): every option but a small, non-square
+    # size left to the class defaults, so they are what is compared (squeezed, no padding)
+    "sam2": ({"image_processor_type": "Sam2ImageProcessorFast",
+              "size": {"height": 48, "width": 40}}, TWENTY, {}),
     "swin2sr": (fast(slow.fixture("swin2sr"), "Swin2SRImageProcessorFast"), SMALL, {}),
     "swin2sr_legacy_pad_size": ({"image_processor_type": "Swin2SRImageProcessorFast",
                                  "pad_size": 16}, SMALL[:3], {}),
@@ -175,12 +179,13 @@ def processor_for(config):
 def reference_size(proc, image, out, pixels):
     """(h, w) after resize / crop, before padding: from the pixel mask, or the family's rule (SAM
     Fast's own reshaped_input_sizes repeat the original sizes in 4.57, so its
-    _get_preprocess_shape; DPT's pad has no mask)."""
+    _get_preprocess_shape; SAM 2 Fast's repeat them too, but it does not pad: the pixels' shape;
+    DPT's pad has no mask)."""
     kind = type(proc).__name__
     if "pixel_mask" in out:
         mask = out["pixel_mask"][0].numpy()
         return (int(mask.any(1).sum()), int(mask.any(0).sum()))
-    if kind.startswith("Sam"):
+    if kind == "SamImageProcessorFast":
         hw = (image.height, image.width)
         return proc._get_preprocess_shape(hw, proc.size["longest_edge"]) if proc.do_resize else hw
     if kind.startswith("Swin2SR"):
