@@ -21,8 +21,10 @@ SLOW_TESTS = {
     "tests/test_pipelines_image_to_text.py::test_a_split_decoder_matches_the_merged_record[jax]",
     "tests/test_pipelines_grounding_dino.py::test_matches_recorded_pipeline[jax]",
     "tests/test_pipelines_grounding_dino.py::test_grounded_matches_recorded_processor[jax]",
-    "tests/test_pipelines_mask_generation.py::test_prompts_match_transformers[jax]",
-    "tests/test_pipelines_mask_generation.py::test_automatic_matches_transformers[jax]",
+    "tests/test_pipelines_mask_generation.py::test_prompts_match_transformers[jax-sam]",
+    "tests/test_pipelines_mask_generation.py::test_automatic_matches_transformers[jax-sam]",
+    "tests/test_pipelines_mask_generation.py::test_prompts_match_transformers[jax-sam2]",
+    "tests/test_pipelines_mask_generation.py::test_automatic_matches_transformers[jax-sam2]",
     "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
     "[whisper-split-automatic-speech-recognition-jax]",
     "tests/test_pipelines_audio.py::test_a_batch_equals_one_by_one"

@@ -1,8 +1,12 @@
-"""mask-generation on the sam fixture (optimum's SAM split export, Xenova's layout) against
-transformers on the PyTorch model (references/sam.json and sam_masks.npz, recorded by
-tests/support/record_sam.py on scikit-image photos), on JAX and MLX: prompt mode as SamProcessor +
-SamModel + post_process_masks, automatic mode as transformers' MaskGenerationPipeline; the image
-embedding computed once per image; a batch equals one by one; bad input is a clear error."""
+"""mask-generation on the split SAM exports transformers.js loads, against transformers on the
+PyTorch model, on JAX and MLX:
+- sam: optimum's SAM export (Xenova's layout), references/sam.json + sam_masks.npz recorded by
+  tests/support/record_sam.py;
+- sam2: a SAM 2 export in the onnx-community layout (points, boxes, object_score_logits),
+  references/sam2.json + sam2_masks.npz recorded by tests/support/record_sam2.py;
+both on scikit-image photos: prompt mode as Sam(2)Processor + Sam(2)Model + post_process_masks,
+automatic mode as transformers' MaskGenerationPipeline; the image embedding computed once per
+image; a batch equals one by one; bad input is a clear error."""
 
 import json
 
@@ -18,55 +22,73 @@ from .support import image_cases
 
 pytest.importorskip("skimage", reason="the test images are scikit-image's samples (test extra)")
 
-FX = ROOT / "sam"
-REF = json.loads((FX / "references" / "sam.json").read_text())
-MASKS = np.load(FX / "references" / "sam_masks.npz")
-# iou_scores come out of the same float32 decoder as PyTorch's, summed in another order: they
-# move by ~1e-6 (measured at most 2.6e-6); the design's bound is 1e-4.
+# iou_scores (and SAM 2's object_score_logits) come out of the same float32 decoder as PyTorch's,
+# summed in another order: they move by ~1e-6 (measured at most 2.6e-6); the design's bound is
+# 1e-4.
 SCORE_TOL = 1e-4
 # Prompt mode: a mask pixel may flip only where PyTorch's upscaled logit is within 1e-3 of the
 # threshold 0.0 (recorded as '<key>/near'): the decoder's float32 logits differ from PyTorch's
-# by ~1e-5 (onnxruntime vs PyTorch: <= 6e-6), and bilinear resizing does not amplify that, so
-# 1e-3 is a 100x margin. Measured: no flipped pixel at all on either backend.
+# by ~1e-5 (onnxruntime vs PyTorch: <= 6e-6; sam2's localized weights: <= 1.2e-4), and bilinear
+# resizing does not amplify that, so 1e-3 is an 8-100x margin. Measured: no flipped pixel.
 # Automatic mode keeps no logits; there a mask may differ in at most 1e-3 of its pixels for the
-# same reason (measured: none).
+# same reason (measured: none on sam, one pixel of one mask on sam2).
 FLIP_FRACTION = 1e-3
+SCORES = {"sam": ("iou_scores",), "sam2": ("iou_scores", "object_score_logits")}
+
+
+class Recorded:
+    """A fixture's recorded pipeline references."""
+
+    def __init__(self, name):
+        self.name, self.dir = name, ROOT / name
+        self.ref = json.loads((self.dir / "references" / f"{name}.json").read_text())
+        self.masks = np.load(self.dir / "references" / f"{name}_masks.npz")
+
+    def unpack(self, key, part="bits"):
+        shape = self.masks[f"{key}/shape"]
+        bits = np.unpackbits(self.masks[f"{key}/{part}"])[: int(np.prod(shape))]
+        return bits.reshape(shape).astype(bool)
+
+
+RECORDED = {name: Recorded(name) for name in SCORES}
+FX, REF = RECORDED["sam"].dir, RECORDED["sam"].ref
 _PIPES = {}
 
 
-def pipe(backend):
-    if backend not in _PIPES:
-        _PIPES[backend] = transmuter.pipeline("mask-generation", FX, backend=backend)
-    return _PIPES[backend]
+def pipe(backend, fixture="sam"):
+    if (backend, fixture) not in _PIPES:
+        _PIPES[backend, fixture] = transmuter.pipeline("mask-generation", ROOT / fixture,
+                                                       backend=backend)
+    return _PIPES[backend, fixture]
 
 
-def photos():
-    return [image_cases.make(name).convert("RGB") for name in REF["inputs"]["photos"]]
+def photos(fixture="sam"):
+    return [image_cases.make(name).convert("RGB")
+            for name in RECORDED[fixture].ref["inputs"]["photos"]]
 
 
 def unpack(key, part="bits"):
-    shape = MASKS[f"{key}/shape"]
-    return np.unpackbits(MASKS[f"{key}/{part}"])[: int(np.prod(shape))].reshape(shape).astype(bool)
+    return RECORDED["sam"].unpack(key, part)
 
 
-def check_prompts(got, want, where):
-    expected, near = unpack(want["masks"]), unpack(want["masks"], "near")
-    assert set(got) == {"masks", "iou_scores"}, where
+def check_prompts(got, want, where, recorded=RECORDED["sam"]):
+    expected, near = recorded.unpack(want["masks"]), recorded.unpack(want["masks"], "near")
+    assert set(got) == {"masks", *SCORES[recorded.name]}, where
     assert got["masks"].dtype == bool and got["masks"].shape == expected.shape, where
     flipped = got["masks"] != expected
     assert not (flipped & ~near).any(), (where, int((flipped & ~near).sum()))
     assert got["iou_scores"].shape == (expected.shape[0], 3), where
-    np.testing.assert_allclose(got["iou_scores"], want["iou_scores"], rtol=0, atol=SCORE_TOL,
-                               err_msg=where)
+    for key in SCORES[recorded.name]:
+        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=SCORE_TOL, err_msg=where)
 
 
-def check_automatic(got, want, where):
+def check_automatic(got, want, where, recorded=RECORDED["sam"]):
     expected_keys = {"masks", "scores"} | {k for k in ("bounding_boxes", "rle_mask") if k in want}
     assert set(got) == expected_keys, where
     assert len(got["masks"]) == len(want["masks"]), (where, len(got["masks"]), len(want["masks"]))
     np.testing.assert_allclose(got["scores"], want["scores"], rtol=0, atol=SCORE_TOL, err_msg=where)
     for m, (mask, key) in enumerate(zip(got["masks"], want["masks"])):
-        expected = unpack(key)
+        expected = recorded.unpack(key)
         assert mask.dtype == bool and mask.shape == expected.shape, where
         assert (mask != expected).sum() <= FLIP_FRACTION * expected.size, (where, m)
     if "bounding_boxes" in want:
@@ -77,7 +99,7 @@ def check_automatic(got, want, where):
     if "rle_mask" in want:
         for rle, mask in zip(got["rle_mask"], got["masks"]):
             assert np.array_equal(sam.rle_to_mask(rle), mask), where
-        if all(np.array_equal(m, unpack(k)) for m, k in zip(got["masks"], want["masks"])):
+        if all(np.array_equal(m, recorded.unpack(k)) for m, k in zip(got["masks"], want["masks"])):
             assert got["rle_mask"] == want["rle_mask"], where
 
 
@@ -87,7 +109,7 @@ def test_references_discriminate():
     pass anything (families_sam.localize)."""
     for call in REF["prompts"]:
         for out in call["outputs"]:
-            masks = unpack(out["masks"]).reshape(-1, *MASKS[f"{out['masks']}/shape"][-2:])
+            masks = unpack(out["masks"]).reshape(-1, *unpack(out["masks"]).shape[-2:])
             assert len({m.tobytes() for m in masks}) == len(masks)
     counts = [[len(o["masks"]) for o in call["outputs"]] for call in REF["automatic"]]
     assert min(counts[0]) >= 2 and min(counts[1]) >= 15 and counts[-1] == [0, 0, 0]
@@ -95,21 +117,41 @@ def test_references_discriminate():
         assert len({unpack(k).tobytes() for k in out["masks"]}) == len(out["masks"])
 
 
-@pytest.mark.parametrize("backend", ["jax", "mlx"])
-def test_prompts_match_transformers(backend):
-    p = pipe(backend)
-    for call in REF["prompts"]:
-        for i, (image, want) in enumerate(zip(photos(), call["outputs"])):
-            check_prompts(p(image, **call["call_kwargs"]), want, f"{call['call_kwargs']} photo {i}")
+def test_sam2_references_discriminate():
+    """sam2's prompts give distinct masks, boxes among them. Its automatic calls keep one mask
+    after NMS at 0.7 (this tiny random SAM 2's masks follow the photo more than the point), so
+    the call without NMS carries the check: it keeps 42-48 masks whose scores differ point by
+    point, which a wrongly scaled grid would change."""
+    recorded = RECORDED["sam2"]
+    assert any("input_boxes" in call["call_kwargs"] and "input_points" not in call["call_kwargs"]
+               for call in recorded.ref["prompts"])
+    for call in recorded.ref["prompts"]:
+        for out in call["outputs"]:
+            masks = recorded.unpack(out["masks"])
+            masks = masks.reshape(-1, *masks.shape[-2:])
+            assert len({m.tobytes() for m in masks}) == len(masks)
+    for out in recorded.ref["automatic"][1]["outputs"]:
+        assert len(out["masks"]) >= 40 and len({round(s, 4) for s in out["scores"]}) >= 10
 
 
+@pytest.mark.parametrize("fixture", list(RECORDED))
 @pytest.mark.parametrize("backend", ["jax", "mlx"])
-def test_automatic_matches_transformers(backend):
-    p = pipe(backend)
-    for call in REF["automatic"]:
-        for i, (image, want) in enumerate(zip(photos(), call["outputs"])):
+def test_prompts_match_transformers(backend, fixture):
+    p, recorded = pipe(backend, fixture), RECORDED[fixture]
+    for call in recorded.ref["prompts"]:
+        for i, (image, want) in enumerate(zip(photos(fixture), call["outputs"])):
+            check_prompts(p(image, **call["call_kwargs"]), want, f"{call['call_kwargs']} photo {i}",
+                          recorded)
+
+
+@pytest.mark.parametrize("fixture", list(RECORDED))
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_automatic_matches_transformers(backend, fixture):
+    p, recorded = pipe(backend, fixture), RECORDED[fixture]
+    for call in recorded.ref["automatic"]:
+        for i, (image, want) in enumerate(zip(photos(fixture), call["outputs"])):
             where = f"{call['call_kwargs']} photo {i}"
-            check_automatic(p(image, **call["call_kwargs"]), want, where)
+            check_automatic(p(image, **call["call_kwargs"]), want, where, recorded)
 
 
 def counting(p):
@@ -179,6 +221,47 @@ def test_points_per_batch_need_not_divide_the_grid():
 def test_bad_input_is_a_clear_error(kwargs, match):
     with pytest.raises(PipelineError, match=match):
         pipe("mlx")(photos()[2], **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"input_points": [[[1, 2]], [[3, 4]]], "input_boxes": [[0, 0, 9, 9]]},
+     r"one prompt and one box .* got 2 prompt\(s\) and 1 box"),
+    ({"input_points": [[[1, 2]]], "input_boxes": [[0, 0, 9, 9], [1, 1, 5, 5]]},
+     r"got 1 prompt\(s\) and 2 box"),
+    ({"input_boxes": [0, 0, 9, 9]}, r"shaped \[boxes\]\[x0, y0, x1, y1\]"),
+    ({"input_boxes": [[0, 0, 9]]}, r"shaped \[boxes\]\[x0, y0, x1, y1\]"),
+    ({"input_boxes": [[0, 0, float("nan"), 9]]}, "finite numbers"),
+    ({"input_boxes": []}, r"got shape \(0,\)"),
+    ({"input_boxes": [[0, 0, 9, 9]], "input_labels": [[1]]}, "input_labels need input_points"),
+    ({"input_boxes": [[0, 0, 9, 9]], "points_per_batch": 8}, "apply to automatic mask generation"),
+])
+def test_sam2_bad_prompts_are_clear_errors(kwargs, match):
+    with pytest.raises(PipelineError, match=match):
+        pipe("mlx", "sam2")(photos("sam2")[2], **kwargs)
+
+
+def test_sam2_image_encoded_once_and_a_batch_equals_one_by_one():
+    p = transmuter.pipeline("mask-generation", ROOT / "sam2", backend="mlx")
+    runs = counting(p)
+    images = photos("sam2")
+    boxes = {"input_boxes": [[10, 20, 200, 110], [0, 0, 90, 60]]}
+    one = [p(x, **boxes) for x in images]
+    assert runs == {"encoder": 3, "decoder": 3}  # two boxes, one decoder run per image
+    # the photos differ in size but SAM 2 squeezes each to one square: one encoder batch
+    for got, want in zip(p(images, batch_size=4, **boxes), one):
+        assert got.keys() == want.keys()
+        for key in got:
+            assert np.array_equal(got[key], want[key]), key
+    assert runs == {"encoder": 4, "decoder": 6}
+
+
+def test_sam2_jax_box_and_points():
+    """The default suite's JAX run of sam2 (its full JAX twins are slow, tests/conftest.py): a
+    box with a point, and boxes alone (the empty-points layout)."""
+    recorded = RECORDED["sam2"]
+    for call in recorded.ref["prompts"][4:6]:
+        check_prompts(pipe("jax", "sam2")(photos("sam2")[1], **call["call_kwargs"]),
+                      call["outputs"][1], f"jax {call['call_kwargs']}", recorded)
 
 
 def test_needs_the_decoder_beside_the_encoder(tmp_path):

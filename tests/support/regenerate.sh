@@ -61,6 +61,7 @@ time "$EXPORT" tests/support/families_grounding_dino.py  # grounding-dino: torch
 time "$EXPORT" tests/support/record_grounding_dino.py  # its pipeline / grounded / processor references (rebuilds the model)
 time "$EXPORT" tests/support/families_sam.py  # sam: optimum SAM split export (vision_encoder + prompt_encoder_mask_decoder)
 time "$EXPORT" tests/support/record_sam.py  # its prompt-mode (SamProcessor) and automatic mask-generation pipeline references
+time "$EXPORT" tests/support/families_sam2.py  # sam2: SAM 2 traced in the onnx-community layout; saves the torch model for record_sam2.py
 time "$EXPORT" tests/support/families_vision_rtdetr.py
 time "$EXPORT" tests/support/families_vision_dfine.py  # d-fine: optimum export, photo references
 time "$EXPORT" tests/support/families_vision_detr_variants.py  # conditional-detr, deformable-detr: torch.onnx
@@ -74,6 +75,7 @@ time "$EXPORT" tests/support/record_generation.py  # beam references: after the 
 time "$EXPORT" tests/support/record_finetune.py  # PyTorch gradients of bert-sequence-classification, vit, gpt2
 time "$EXPORT" tests/support/record_image_processors.py  # pixel_values on scikit-image photos
 time "$EXPORT" tests/support/record_siglip_tokenizer.py
+time "$FAST" tests/support/record_sam2.py  # sam2's prompt (points, boxes) and automatic references: Sam2ImageProcessorFast needs torchvision
 time "$FAST" tests/support/record_fast_image_processors.py  # the *ImageProcessorFast references
 time "$AUDIO" tests/support/record_resample.py  # torchaudio.functional.resample references
 time "$EXPORT" tests/support/record_audio_features.py; time "$AUDIO" tests/support/record_audio_features.py --torchaudio  # feature extractors; AST also on torchaudio

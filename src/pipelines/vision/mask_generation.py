@@ -1,28 +1,39 @@
-"""mask-generation on SAM exports in transformers.js' layout (Xenova/sam-vit-base,
-Xenova/slimsam-77-uniform: optimum's split SAM export): ``onnx/vision_encoder.onnx`` (pixel_values
--> image_embeddings, image_positional_embeddings) and ``onnx/prompt_encoder_mask_decoder.onnx``
-(input_points, input_labels and both embeddings -> iou_scores, pred_masks). Two modes:
+"""mask-generation on the split SAM exports transformers.js loads: ``onnx/vision_encoder.onnx``
+and ``onnx/prompt_encoder_mask_decoder.onnx``, in two layouts (the encoder's outputs tell them
+apart):
+
+- SAM (Xenova/sam-vit-base, Xenova/slimsam-77-uniform: optimum's export): the encoder gives
+  image_embeddings and image_positional_embeddings; the decoder takes input_points and
+  input_labels (no boxes).
+- SAM 2 / 2.1 (onnx-community/sam2.1-hiera-*-ONNX): the encoder gives image_embeddings.0, .1,
+  .2; the decoder also takes input_boxes and gives object_score_logits.
+
+Two modes:
 
     pipe("photo.jpg")            transformers' MaskGenerationPipeline: a grid of points over the
         -> {"masks": [bool (H, W) arrays], "scores": float32 array}
                                  image, masks filtered by predicted IoU and stability, then NMS
     pipe("photo.jpg", input_points=[[[450, 600]]], input_labels=[[1]])
+    pipe("photo.jpg", input_boxes=[[75, 275, 1725, 850]])                   (SAM 2)
         -> {"masks": bool (prompts, 3, H, W), "iou_scores": float32 (prompts, 3)}
-                                 SamProcessor + SamModel + post_process_masks: per prompt, the
-                                 decoder's three masks at the image's size and their IoU scores
+           (SAM 2 adds "object_score_logits": float32 (prompts, 1))
+                                 Sam(2)Processor + Sam(2)Model + post_process_masks: per prompt,
+                                 the decoder's three masks at the image's size and their scores
 
 Either way the image embedding is computed once per image and reused by every prompt or point
 batch. See docs/vision-tasks.md for the options and what is refused.
 """
+
+import re
 
 import numpy as np
 
 from ..base import PipelineError
 from . import sam
 from .base import VisionPipeline
+from .interpolate import bilinear
 
 DECODER = "prompt_encoder_mask_decoder"
-DECODER_INPUTS = {"input_points", "input_labels", "image_embeddings", "image_positional_embeddings"}
 # transformers' MaskGenerationPipeline defaults (preprocess, _forward, postprocess)
 AUTOMATIC = {"points_per_batch": 64, "points_per_crop": 32, "crops_n_layers": 0,
              "crop_overlap_ratio": 512 / 1500, "crop_n_points_downscale_factor": 1,
@@ -36,16 +47,13 @@ class MaskGenerationPipeline(VisionPipeline):
 
     def __init__(self, model, config=None, *, repo=None, prompt_encoder_mask_decoder=None,
                  **kwargs):
-        outputs = {v.name for v in model.outputs}
-        if not {"image_embeddings", "image_positional_embeddings"} <= outputs:
-            raise PipelineError(f"{self.task} runs SAM's split export: a vision_encoder.onnx "
-                                "giving image_embeddings and image_positional_embeddings; this "
-                                f"graph gives {sorted(outputs)}")
+        self.family = _family(model)
         self.decoder = prompt_encoder_mask_decoder or _load_decoder(repo, model)
-        missing = DECODER_INPUTS - {v.name for v in self.decoder.inputs}
+        missing = self.family.decoder_inputs - {v.name for v in self.decoder.inputs}
         if missing:
-            raise PipelineError(f"The {DECODER} graph lacks input(s) {sorted(missing)}; SAM's "
-                                f"split export takes {sorted(DECODER_INPUTS)}")
+            raise PipelineError(f"The {DECODER} graph lacks input(s) {sorted(missing)}; "
+                                f"{self.family.name}'s split export takes "
+                                f"{sorted(self.family.decoder_inputs)}")
         super().__init__(model, config, repo=repo, **kwargs)
 
     @staticmethod
@@ -61,17 +69,17 @@ class MaskGenerationPipeline(VisionPipeline):
             hint = (" (transformers' post_process_masks takes neither: its pipeline fails there)"
                     if {"max_hole_area", "max_sprinkle_area"} & set(unknown) else "")
             raise PipelineError(f"{self.task} takes no option(s) {unknown}{hint}")
-        if input_boxes is not None:
+        if input_boxes is not None and not self.family.boxes:
             raise PipelineError("input_boxes: this prompt_encoder_mask_decoder graph takes points "
                                 "only (optimum's SAM export runs the prompt encoder with "
                                 "input_boxes=None): give points inside the object as input_points")
         if multimask_output is not True:
             raise PipelineError("multimask_output=False: the exported decoder fixes "
-                                "multimask_output=True (its pred_masks are SAM's three multimask "
+                                "multimask_output=True (its pred_masks are the three multimask "
                                 "outputs; the single-mask output is not in the graph): pick the "
                                 "best of the three by iou_scores")
         mask_threshold = _number(mask_threshold, "mask_threshold")
-        if input_points is None:
+        if input_points is None and input_boxes is None:
             if input_labels is not None:
                 raise PipelineError("input_labels need input_points (one label per point)")
             auto = _automatic_options({**AUTOMATIC, **options})
@@ -79,29 +87,34 @@ class MaskGenerationPipeline(VisionPipeline):
                 "mask_threshold": mask_threshold, "auto": auto}
         if options:
             raise PipelineError(f"{sorted(options)} apply to automatic mask generation (no "
-                                "input_points); a prompted call takes input_points, input_labels "
-                                "and mask_threshold")
-        return {"prompts": _prompts(input_points, input_labels)}, {}, {
+                                "input_points or input_boxes); a prompted call takes "
+                                "input_points, input_labels, input_boxes and mask_threshold")
+        return {"prompts": _prompts(input_points, input_labels, input_boxes)}, {}, {
             "mask_threshold": mask_threshold, "auto": None}
 
     # --- the pipeline --------------------------------------------------------------------------
 
     def preprocess(self, image, prompts=None, grid=None):
         chunk = self.features(image)
-        features = chunk["image"]
-        original = features["original_size"]
-        longest = self.image_processor.size["longest_edge"]
+        original = chunk["image"]["original_size"]
+        size = self.image_processor.size
         if prompts is not None:
-            points, labels = prompts
-            chunk["points"] = sam.scale_points(points, original, longest).astype(np.float32)
+            points, labels, boxes = prompts
+            chunk["points"] = self.family.scale_prompt(points, original, size).astype(np.float32)
             chunk["labels"] = labels
+            chunk["boxes"] = self.family.scale_prompt(boxes.reshape(-1, 2, 2), original,
+                                                      size).reshape(-1, 4).astype(np.float32)
         else:
-            # generate_crop_boxes with crops_n_layers 0: the whole image is the one crop
+            # generate_crop_boxes with crops_n_layers 0: the whole image is the one crop. The
+            # pipeline scales the grid by the longest edge for SAM 2 too (its target size is
+            # size["height"] there), as transformers 4.57 does.
             height, width = original
             grid_points = sam.point_grid(grid) * np.array([width, height])
-            points = sam.scale_points(grid_points, original, longest)[:, None]  # 1 point a prompt
+            target = size.get("longest_edge", size.get("height"))
+            points = sam.scale_points(grid_points, original, target)[:, None]  # 1 point a prompt
             chunk["points"] = points.astype(np.float32)
             chunk["labels"] = np.ones(chunk["points"].shape[:2], np.int64)
+            chunk["boxes"] = np.zeros((0, 4), np.float32)
         yield chunk
 
     def _forward_group(self, chunks, batch=None):
@@ -111,40 +124,41 @@ class MaskGenerationPipeline(VisionPipeline):
         return [dict(c, decoded=self._decode(c, batch)) for c in encoded]
 
     def _decode(self, chunk, batch):
-        """[(iou_scores [P, 3], pred_masks [P, 3, h, w])]: all prompts at once, or the grid's
-        points ``batch`` at a time (the last batch padded with its first point: one shape)."""
-        embeddings = {k: chunk[k][None]
-                      for k in ("image_embeddings", "image_positional_embeddings")}
-        points, labels = chunk["points"], chunk["labels"]
-        size = len(points) if batch is None else batch
+        """[decoder outputs of one batch of prompts, without the batch axis]: all prompts at
+        once, or the grid's points ``batch`` at a time (the last batch padded with its first
+        point: one shape)."""
+        embeddings = {k: chunk[k][None] for k in self.family.embeddings}
+        points, labels, boxes = chunk["points"], chunk["labels"], chunk["boxes"]
+        if len(points) == 0:  # boxes only: each box is a prompt
+            points, labels = np.zeros((1, 0, 2), np.float32), np.zeros((len(boxes), 0), np.int64)
+        size = max(len(points), len(labels)) if batch is None else batch
         out = []
-        for start in range(0, len(points), size):
+        for start in range(0, len(labels), size):
             p, l = points[start:start + size], labels[start:start + size]
-            n = len(p)
+            n = len(l)
             if batch is not None and n < size:
                 p = np.concatenate([p, np.repeat(p[:1], size - n, 0)])
                 l = np.concatenate([l, np.repeat(l[:1], size - n, 0)])
             feed = {"input_points": p[None], "input_labels": l[None], **embeddings}
+            if self.family.boxes:
+                feed["input_boxes"] = boxes[None]
             result = self._run_model(feed, model=self.decoder)
-            out.append((result["iou_scores"][0, :n], result["pred_masks"][0, :n]))
+            out.append({k: v[0, :n] for k, v in result.items()})
         return out
 
     def postprocess(self, outputs, mask_threshold=0.0, auto=None):
         out = outputs[0]
-        sizes = self._sizes(out["image"])
+        upscale = self.family.upscaler(self.image_processor, out["image"])
         if auto is None:
-            (iou, low_res), = out["decoded"]
-            masks = sam.upscale_masks(low_res, *sizes) > mask_threshold
-            return {"masks": masks, "iou_scores": iou.astype(np.float32)}
-        kept = [self._filter(iou, low_res, sizes, mask_threshold, auto)
-                for iou, low_res in out["decoded"]]
+            decoded, = out["decoded"]
+            result = {"masks": upscale(decoded["pred_masks"]) > mask_threshold}
+            return result | {k: decoded[k].astype(np.float32) for k in self.family.scores}
+        original = out["image"]["original_size"]
+        kept = [self._filter(d["iou_scores"], d["pred_masks"], upscale, original, mask_threshold,
+                             auto) for d in out["decoded"]]
         return _select(kept, auto)
 
-    def _sizes(self, features):
-        pad = self.image_processor.pad_size
-        return (pad["height"], pad["width"]), features["size"], features["original_size"]
-
-    def _filter(self, iou, low_res, sizes, mask_threshold, auto):
+    def _filter(self, iou, low_res, upscale, original, mask_threshold, auto):
         """SamImageProcessor.filter_masks on one point batch: (scores, boxes, RLEs) kept. The IoU
         filter runs before the masks are upscaled, and they are upscaled a few at a time, kept
         binarized (the same masks survive; SAM's 192 float masks of a batch at 1024 x 1024 and at
@@ -155,7 +169,7 @@ class MaskGenerationPipeline(VisionPipeline):
             iou, low_res = iou[keep], low_res[keep]
         kept, masks = [], []
         for start in range(0, len(iou), UPSCALE_AT_ONCE):
-            logits = sam.upscale_masks(low_res[start:start + UPSCALE_AT_ONCE], *sizes)
+            logits = upscale(low_res[start:start + UPSCALE_AT_ONCE])
             keep = np.ones(len(logits), bool)
             if auto["stability_score_thresh"] > 0.0:
                 stable = sam.stability_scores(logits, mask_threshold,
@@ -164,7 +178,7 @@ class MaskGenerationPipeline(VisionPipeline):
             kept.append(iou[start:start + UPSCALE_AT_ONCE][keep])
             masks.append(logits[keep] > mask_threshold)
         iou = np.concatenate(kept) if kept else iou
-        masks = np.concatenate(masks) if masks else np.zeros((0, *sizes[2]), bool)
+        masks = np.concatenate(masks) if masks else np.zeros((0, *original), bool)
         # filter_masks' next filter drops boxes near a crop's edge but not the image's: with one
         # crop, the whole image, it drops none
         return iou, sam.mask_boxes(masks), [sam.mask_to_rle(m) for m in masks]
@@ -184,6 +198,65 @@ def _select(kept, auto):
     return result
 
 
+class _Sam:
+    """SAM (optimum's export): points only; prompts scaled as the image, by its longest edge;
+    masks upscaled to the padded input, cropped to the resized image, upscaled to the image."""
+
+    name = "SAM"
+    embeddings = ("image_embeddings", "image_positional_embeddings")
+    decoder_inputs = {"input_points", "input_labels", *embeddings}
+    boxes = False
+    scores = ("iou_scores",)
+
+    @staticmethod
+    def scale_prompt(points, original_hw, size):
+        return sam.scale_points(points, original_hw, size["longest_edge"])
+
+    @staticmethod
+    def upscaler(processor, features):
+        pad = processor.pad_size
+        sizes = (pad["height"], pad["width"]), features["size"], features["original_size"]
+        return lambda low_res: sam.upscale_masks(low_res, *sizes)
+
+
+class _Sam2:
+    """SAM 2 / 2.1 (the onnx-community layout): points and boxes; the image is squeezed to a
+    square, and prompts with it (Sam2Processor scales both axes by size["height"]); masks
+    upscaled straight to the image (Sam2ImageProcessorFast.post_process_masks)."""
+
+    name = "SAM 2"
+    boxes = True
+    scores = ("iou_scores", "object_score_logits")
+
+    def __init__(self, levels):
+        self.embeddings = tuple(levels)
+        self.decoder_inputs = {"input_points", "input_labels", "input_boxes", *levels}
+
+    @staticmethod
+    def scale_prompt(points, original_hw, size):
+        points = np.array(points, np.float64)
+        points[..., 0] *= size["height"] / original_hw[1]
+        points[..., 1] *= size["height"] / original_hw[0]
+        return points
+
+    @staticmethod
+    def upscaler(processor, features):
+        return lambda low_res: bilinear(low_res, features["original_size"])
+
+
+def _family(model):
+    outputs = {v.name for v in model.outputs}
+    levels = sorted((n for n in outputs if re.fullmatch(r"image_embeddings\.\d+", n)),
+                    key=lambda n: int(n.split(".")[1]))
+    if levels:
+        return _Sam2(levels)
+    if {"image_embeddings", "image_positional_embeddings"} <= outputs:
+        return _Sam()
+    raise PipelineError(f"mask-generation runs a split SAM export: a vision_encoder.onnx giving "
+                        "image_embeddings and image_positional_embeddings (SAM), or "
+                        f"image_embeddings.0, .1, ... (SAM 2); this graph gives {sorted(outputs)}")
+
+
 def _load_decoder(repo, model):
     from ...model import load_beside
 
@@ -197,9 +270,40 @@ def _load_decoder(repo, model):
     return load_beside(model, repo, repo.choose(DECODER, None).path)
 
 
-def _prompts(points, labels):
-    """input_points [prompts][points][x, y] and input_labels [prompts][points] of one image (the
-    per-image level of SamProcessor's inputs), as arrays; labels default to 1 (SamModel)."""
+def _prompts(points, labels, boxes):
+    """input_points [prompts][points][x, y], input_labels [prompts][points] and input_boxes
+    [boxes][x0, y0, x1, y1] of one image (the per-image level of Sam(2)Processor's inputs), as
+    arrays; labels default to 1 (SamModel). Boxes are prompts of their own, or go with the points
+    of a single prompt (Sam2Model needs as many boxes as prompts, transformers.js' export one)."""
+    boxes = _boxes(boxes)
+    if points is None:
+        if labels is not None:
+            raise PipelineError("input_labels need input_points (one label per point)")
+        return np.zeros((0, 0, 2)), np.zeros((0, 0), np.int64), boxes
+    points, labels = _points(points, labels)
+    if len(boxes) and (len(boxes), len(points)) != (1, 1):
+        raise PipelineError(f"input_points with input_boxes take one prompt and one box (the "
+                            f"box around that prompt's points); got {len(points)} prompt(s) and "
+                            f"{len(boxes)} box(es): give the boxes alone, one prompt each")
+    return points, labels, boxes
+
+
+def _boxes(boxes):
+    if boxes is None:
+        return np.zeros((0, 4))
+    try:
+        boxes = np.array(boxes, np.float64)
+    except (TypeError, ValueError) as e:
+        raise PipelineError(f"input_boxes must be numbers nested [boxes][x0, y0, x1, y1]: {e}") \
+            from None
+    if boxes.ndim != 2 or boxes.shape[-1] != 4 or len(boxes) == 0 \
+            or not np.isfinite(boxes).all():
+        raise PipelineError(f"input_boxes must be finite numbers shaped [boxes][x0, y0, x1, y1], "
+                            f"e.g. [[75, 275, 1725, 850]] for one box; got shape {boxes.shape}")
+    return boxes
+
+
+def _points(points, labels):
     try:
         points = np.array(points, np.float64)
     except (TypeError, ValueError) as e:
