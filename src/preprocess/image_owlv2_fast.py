@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ..errors import InputError
+from . import image_resize_fast as R
 from . import image_sizes as S
 from .image_families import BILINEAR, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from .image_families_fast import FastImageProcessor
@@ -68,7 +69,7 @@ def resize(image, size):
         # gaussian_blur(kernel_size=(k[0], k[1]), sigma=[s[0], s[1]]): entry 0 is x (width)
         image = gaussian_blur(image, kernel_x=kernel_sizes[0], sigma_x=float(sigma[0]),
                               kernel_y=kernel_sizes[1], sigma_y=float(sigma[1]))
-    return bilinear(image, size)
+    return R.interpolate_bilinear(image, size)
 
 
 def _kernel_1d(size, sigma):
@@ -99,22 +100,3 @@ def gaussian_blur(image, *, kernel_x, sigma_x, kernel_y, sigma_y):
     return out.astype(_F32)
 
 
-def bilinear(image, size):
-    """torch.nn.functional.interpolate(mode="bilinear", align_corners=False, antialias=False) on
-    (H, W, C) float32: source coordinate (o + 0.5) * in / out - 0.5, clamped at 0."""
-    out = image
-    for axis, n in ((0, size[0]), (1, size[1])):
-        n_in = out.shape[axis]
-        if n_in == n:
-            continue
-        scale = _F32(n_in) / _F32(n)
-        src = np.maximum((np.arange(n, dtype=_F32) + _F32(0.5)) * scale - _F32(0.5), _F32(0))
-        lo = np.minimum(src.astype(np.int64), n_in - 1)
-        hi = np.minimum(lo + 1, n_in - 1)
-        t = (src - lo.astype(_F32)).astype(_F32)
-        shape = [1] * out.ndim
-        shape[axis] = n
-        t = t.reshape(shape)
-        a, b = np.take(out, lo, axis=axis), np.take(out, hi, axis=axis)
-        out = ((_F32(1) - t) * a + t * b).astype(_F32)
-    return out

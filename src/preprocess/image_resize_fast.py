@@ -62,6 +62,36 @@ def resize(image, size, resample, native_uint8_bilinear=True):
     return np.rint(out).astype(np.uint8)  # round_() (half to even), then .to(uint8)
 
 
+def interpolate_bilinear(image, size):
+    """torch.nn.functional.interpolate(mode="bilinear", align_corners=False, antialias=False) on
+    (H, W, C) float32, as ATen's AVX2 / AVX-512 CPU kernels compute it: the source coordinate
+    (o + 0.5) * (in / out) - 0.5 with one rounding to float32 (a fused multiply-add: a rounded
+    product moves it by up to an ulp, 3e-5 near 256, and the pixel by as much times a neighbour's
+    difference), clamped at 0; then the two taps' weights t and 1 - t along each axis."""
+    out = image
+    for axis, n in ((0, size[0]), (1, size[1])):
+        n_in = out.shape[axis]
+        if n_in == n:
+            continue
+        scale = np.float64(_F32(n_in) / _F32(n))  # exact products in float64
+        src = np.maximum(((np.arange(n) + 0.5) * scale - 0.5).astype(_F32), _F32(0))
+        lo = np.minimum(src.astype(np.int64), n_in - 1)
+        hi = np.minimum(lo + 1, n_in - 1)
+        shape = [1] * out.ndim
+        shape[axis] = n
+        t = (src - lo.astype(_F32)).reshape(shape)
+        a, b = np.take(out, lo, axis=axis), np.take(out, hi, axis=axis)
+        out = ((_F32(1) - t) * a + t * b).astype(_F32)
+    return out
+
+
+def nearest_exact(image, size):
+    """interpolate(mode="nearest-exact") on (H, W, C): each axis' source index, as torchvision's
+    NEAREST on tensors."""
+    rows, cols = (_nearest_exact(n_in, n) for n_in, n in zip(image.shape[:2], size))
+    return image[rows][:, cols]
+
+
 def _nearest_exact(in_size, out_size):
     """ATen's nearest_neighbor_exact_compute_source_index (float32 scale)."""
     scale = _F32(in_size) / _F32(out_size)
