@@ -1,5 +1,6 @@
 """The `*ImageProcessorFast` families (torchvision resize, transformers' fast steps) against
-transformers 4.57.6 / torchvision 0.29.1 / torch 2.14.1 on the CPU.
+transformers 4.57.6 / torchvision 0.29.1 / torch 2.14.1 on the CPU, and transformers 5's
+RfDetrImageProcessor (a torchvision-backend class without "Fast") against 5.24.0 (fast_rfdetr*).
 
 References: tests/fixtures/image_processors/fast_*.npz, recorded by
 tests/support/record_fast_image_processors.py (the layout of record_image_processors.py). No torch.
@@ -87,10 +88,15 @@ def test_fast_pad_matches_transformers(name):
     check_batch(name)
 
 
+# transformers 5's torchvision-backend classes (no "Fast" in the name): fast_rfdetr*.npz, recorded
+# with transformers 5.24.0 (the recorder's SETS_5)
+TORCHVISION_5 = {"RfDetrImageProcessor"}
+
+
 def test_every_fast_family_has_references():
     recorded = {str(reference(p.stem)["class"]) for p in references()}
     from transmuter.preprocess.image_processor import _REGISTRY
-    fast = {name for name in _REGISTRY if name.endswith("Fast")}
+    fast = {name for name in _REGISTRY if name.endswith("Fast") or name in TORCHVISION_5}
     assert fast == recorded
 
 

@@ -1,6 +1,7 @@
 """transformers' `*ImageProcessorFast` (4.57) of the detection / dense families: DETR (and its
 verbatim copies: Conditional and Deformable DETR, Grounding DINO), YOLOS, RT-DETR, MaskFormer /
-Mask2Former, DPT, SAM, SAM 2 and Swin2SR (Owlv2's is in image_owlv2_fast.py).
+Mask2Former, DPT, SAM, SAM 2 and Swin2SR (Owlv2's is in image_owlv2_fast.py), and transformers 5's
+RfDetrImageProcessor (RF-DETR), a torchvision-backend class of the same kind.
 
 Each reads its options as the Fast classes do (image_families_fast.FastImageProcessor: a null or
 missing key takes the class default), takes its size rule from image_sizes.py (the slow family's)
@@ -11,7 +12,10 @@ docstring says so.
 
 import math
 
+import numpy as np
+
 from ..errors import InputError
+from . import image_resize_fast as R
 from . import image_sizes as S
 from . import image_transforms as T
 from .image_families import (BICUBIC, BILINEAR, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD,
@@ -107,6 +111,52 @@ class RTDetrImageProcessorFast(DetrImageProcessorFast):
 
     def __init__(self, config):
         FastImageProcessor.__init__(self, config)
+
+
+@register("RfDetrImageProcessor")
+class RfDetrImageProcessor(DetrImageProcessorFast):
+    """transformers 5.24's RfDetrImageProcessor (RF-DETR; 4.57 has none), a torchvision-backend
+    class without "Fast" in its name: DETR Fast's options, defaults, size rules and pad (with its
+    pixel_mask), but in another order and with another resize. It rescales first (float32 pixel
+    times rescale_factor), resizes that float image with `tvF.resize(antialias=False)`, torch's
+    bilinear interpolation without antialias (NEAREST: nearest-exact), then normalizes, (x - mean)
+    / std in float32 (not fused with the rescale). Its __init__ reads pad_and_return_pixel_mask
+    only where do_pad is missing (`kwargs.setdefault`), and max_size as DETR's."""
+
+    def __init__(self, config):
+        config = dict(config)
+        legacy_pad = config.pop("pad_and_return_pixel_mask", None)
+        if legacy_pad is not None:
+            config.setdefault("do_pad", legacy_pad)
+        super().__init__(config)
+
+    def family(self, **annotations):
+        super().family(**annotations)
+        if not self.do_rescale and (self.do_resize or self.do_normalize):
+            # torchvision's float kernels would get uint8 pixels (and normalize refuses them)
+            raise InputError(f"{self.name}: do_resize / do_normalize without do_rescale (on uint8 "
+                             "pixels) is not supported")
+        if self.do_resize and self.resample not in (BILINEAR, R.NEAREST):
+            raise InputError(f"{self.name}: resample={self.resample!r}: only BILINEAR (2) and "
+                             "NEAREST (0) are supported for its float resize without antialias")
+
+    def transform(self, pixels):
+        image = pixels.astype(np.float32)
+        if self.do_rescale:
+            image = image * np.float32(self.rescale_factor)
+        if self.do_resize:
+            size = self.output_size(image.shape[:2])
+            resize = R.nearest_exact if self.resample == R.NEAREST else R.interpolate_bilinear
+            image = resize(image, size)
+        size = image.shape[:2]
+        if self.do_normalize:
+            channels = image.shape[-1]
+            mean = np.array(T._per_channel(self.image_mean, channels, "image_mean"), np.float32)
+            std = np.array(T._per_channel(self.image_std, channels, "image_std"), np.float32)
+            image = (image - mean) / std
+        if self.do_pad and self.pad_size is not None:
+            image = _pad_to(image, (self.pad_size["height"], self.pad_size["width"]))
+        return image.astype(np.float32), size
 
 
 @register("MaskFormerImageProcessorFast", "Mask2FormerImageProcessorFast")

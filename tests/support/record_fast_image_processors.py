@@ -4,7 +4,11 @@ tests/test_fast_image_processor.py. Run in the fast venv (tests/support/requirem
     /root/.cache/transmuter-tests/venv-fast/bin/python tests/support/record_fast_image_processors.py
 
 (regenerate.sh makes that venv; any venv of requirements-fast.txt will do.) Names on the command
-line record only those sets.
+line record only those sets. transformers 5's RfDetrImageProcessor (SETS_5: fast_rfdetr*.npz) is
+recorded the same way in the venv of requirements-rfdetr.txt (transformers 5.24.0, these torch /
+torchvision), which records only SETS_5:
+
+    /root/.cache/transmuter-tests/venv-rfdetr/bin/python tests/support/record_fast_image_processors.py
 
 The same images and file layout as record_image_processors.py (whose helpers this reuses), written
 to tests/fixtures/image_processors/fast_<config>.npz, with AutoImageProcessor(use_fast=True):
@@ -30,12 +34,13 @@ os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import transformers  # noqa: E402
 from transformers import AutoImageProcessor  # noqa: E402
-from transformers.models.dpt.image_processing_dpt_fast import (  # noqa: E402
-    get_resize_output_image_size as dpt_fast_size)
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import image_cases  # noqa: E402
+
+MAJOR = int(transformers.__version__.split(".")[0])  # 5: the rfdetr venv (SETS_5 below)
 import record_image_processors as slow  # noqa: E402
 
 OUT = slow.OUT
@@ -166,6 +171,17 @@ SETS = {
     "owlv2_upscale": (fast(slow.fixture("owlv2"), "Owlv2ImageProcessorFast"), SMALL, {}),
 }
 
+# transformers 5's torchvision-backend processors (no "Fast" in the name), recorded in the venv of
+# requirements-rfdetr.txt (transformers 5.24, the torch / torchvision above): the sets there
+RFDETR = slow.fixture("rf-detr")  # RfDetrImageProcessor, fixed 64 x 64, bilinear, do_pad
+SETS_5 = {
+    "rfdetr": (RFDETR, TWENTY, {"stride": 3}),  # the fixture's config as is (64 px: strided)
+    "rfdetr_edges": ({**RFDETR, "size": {"shortest_edge": 20, "longest_edge": 32}}, TWENTY,
+                     {"batch": BATCH}),
+    "rfdetr_nearest": ({**RFDETR, "size": {"height": 24, "width": 28}, "resample": 0}, CORE[:6],
+                       {}),
+}
+
 
 def processor_for(config):
     folder = OUT / "_config_fast"
@@ -191,6 +207,8 @@ def reference_size(proc, image, out, pixels):
     if kind.startswith("Swin2SR"):
         return (image.height, image.width)
     if kind.startswith("DPT") and proc.do_pad:
+        from transformers.models.dpt.image_processing_dpt_fast import (
+            get_resize_output_image_size as dpt_fast_size)  # 4.57's (transformers 5 has none)
         new = dpt_fast_size(torch.empty(3, image.height, image.width),
                             (proc.size["height"], proc.size["width"]), proc.keep_aspect_ratio,
                             proc.ensure_multiple_of)
@@ -246,8 +264,13 @@ def record_set(name, config, cases, options):
 
 def main(names):
     print("torch CPU capability:", torch.backends.cpu.get_cpu_capability())
-    for name in names or SETS:
-        config, cases, options = SETS[name]
+    sets = SETS_5 if MAJOR >= 5 else SETS  # this venv's transformers: its sets
+    for name in names:
+        if name not in sets:
+            sys.exit(f"{name}: not a set of transformers {transformers.__version__} (SETS is "
+                     "recorded in the fast venv, SETS_5 in the rfdetr venv)")
+    for name in names or sets:
+        config, cases, options = sets[name]
         cls = record_set(name, config, cases, options)
         size = (OUT / f"fast_{name}.npz").stat().st_size
         print(f"fast_{name:24s} {cls:32s} {len(cases):3d} images  {size / 1e3:8.1f} kB")

@@ -47,9 +47,6 @@ import numpy as np
 from transformers import AutoImageProcessor
 from transformers.image_transforms import to_pil_image
 from transformers.image_utils import load_image
-from transformers.models.dpt.image_processing_dpt import get_resize_output_image_size as dpt_size
-from transformers.models.yolos.image_processing_yolos import (
-    get_resize_output_image_size as yolos_size)
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import image_cases  # noqa: E402
@@ -206,10 +203,16 @@ def reference_size(proc, image, out):
         return (int(mask.any(1).sum()), int(mask.any(0).sum()))
     if kind.startswith("Swin2SR"):
         return (image.height, image.width)
+    # transformers 4.57's size rules, imported here: record_fast_image_processors.py imports this
+    # module under transformers 5 too, which has neither
     if kind.startswith("Yolos") and proc.pad_size is not None:  # padded, and no mask
+        from transformers.models.yolos.image_processing_yolos import (
+            get_resize_output_image_size as yolos_size)
         return tuple(yolos_size(np.asarray(image), proc.size["shortest_edge"],
                                 proc.size["longest_edge"], input_data_format="channels_last"))
     if kind.startswith("DPT") and proc.do_pad:
+        from transformers.models.dpt.image_processing_dpt import (
+            get_resize_output_image_size as dpt_size)
         return tuple(dpt_size(np.asarray(image), (proc.size["height"], proc.size["width"]),
                               proc.keep_aspect_ratio, proc.ensure_multiple_of,
                               input_data_format="channels_last"))

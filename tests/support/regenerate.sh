@@ -4,7 +4,8 @@
 # Four environments: optimum-onnx 0.1.0 needs transformers < 4.58 (requirements-export.txt),
 # onnxruntime-genai's model builder needs transformers 5 (requirements-genai.txt), and the gliner
 # package pins its own versions (requirements-gliner.txt); the *Fast image processors' references
-# need torchvision, which the export venv's CPU torch cannot load (requirements-fast.txt).
+# need torchvision, which the export venv's CPU torch cannot load (requirements-fast.txt), and so
+# does RF-DETR's processor in transformers 5.24 (requirements-rfdetr.txt: that torch, transformers 5).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/../.."
@@ -26,6 +27,7 @@ GENAI="$(venv genai "$HERE/requirements-genai.txt")"
 GLINER="$(venv gliner "$HERE/requirements-gliner.txt")"
 FAST="$(venv fast "$HERE/requirements-fast.txt")"  # torch + torchvision for the *Fast processors
 AUDIO="$(venv audio "$HERE/requirements-audio.txt")"  # torch 2.9.1 + torchaudio: resample
+RFDETR="$(venv rfdetr "$HERE/requirements-rfdetr.txt")"  # transformers 5.24 + torchvision: RF-DETR
 
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
@@ -64,6 +66,8 @@ time "$EXPORT" tests/support/record_sam.py  # its prompt-mode (SamProcessor) and
 time "$EXPORT" tests/support/families_sam2.py  # sam2: SAM 2 traced in the onnx-community layout; saves the torch model for record_sam2.py
 time "$EXPORT" tests/support/families_vision_rtdetr.py
 time "$EXPORT" tests/support/families_vision_dfine.py  # d-fine: optimum export, photo references
+time "$RFDETR" tests/support/families_vision_rfdetr.py  # rf-detr: torch.onnx; transformers 5.24's RfDetrImageProcessor needs torchvision
+time "$RFDETR" tests/support/record_fast_image_processors.py  # RfDetrImageProcessor's references (fast_rfdetr*.npz: the recorder's SETS_5, in this venv)
 time "$EXPORT" tests/support/families_vision_detr_variants.py  # conditional-detr, deformable-detr: torch.onnx
 time "$EXPORT" tests/support/families_background_removal.py  # rmbg, rmbg-logits, modnet: torch.onnx, RMBG-1.4's names
 # their transformers.js references (npm install --ignore-scripts @huggingface/transformers@4.3.2 into

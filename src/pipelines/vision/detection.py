@@ -2,8 +2,9 @@
 YOLOS' softmax (``logits`` [B, queries, classes + 1], the last "no object"; ``pred_boxes`` as
 normalized centre x, y, width, height), and the sigmoid heads (``logits`` [B, queries, classes], no
 "no object" class) that keep the top k of queries x classes: k = the number of queries for RT-DETR
-(v1, v2) and D-FINE (RTDetrImageProcessor.post_process_object_detection, use_focal_loss=True),
-k = 100 for Conditional and Deformable DETR (their processors' post_process_object_detection).
+(v1, v2) and D-FINE (RTDetrImageProcessor.post_process_object_detection, use_focal_loss=True) and
+RF-DETR (transformers 5's RfDetrImageProcessor.post_process_object_detection, the same), k = 100
+for Conditional and Deformable DETR (their processors' post_process_object_detection).
 
     pipe("street.jpg")                  -> [{"score", "label", "box": {"xmin", "ymin", "xmax",
                                              "ymax"}}, ...]   (pixels, truncated to ints)
@@ -50,18 +51,20 @@ class ObjectDetectionPipeline(VisionPipeline):
 
 
 # model types (and their processors) whose post-processing is a sigmoid top-k: over all queries
-# (RTDetrImageProcessor, use_focal_loss=True), or the top 100 (top_k's default)
-TOP_QUERIES = {"rt_detr", "rt_detr_v2", "d_fine"}
+# (RTDetrImageProcessor with use_focal_loss=True; RfDetrImageProcessor), or the top 100 (top_k's
+# default)
+TOP_QUERIES = {"rt_detr", "rt_detr_v2", "d_fine", "rf_detr"}
+TOP_QUERIES_PROCESSORS = ("RTDetrImageProcessor", "RfDetrImageProcessor")
 TOP_100 = {"conditional_detr": "ConditionalDetrImageProcessor",
            "deformable_detr": "DeformableDetrImageProcessor"}
 
 
 def sigmoid_top_k(config, image_processor):
-    """"queries" (RT-DETR, D-FINE), 100 (Conditional / Deformable DETR) or None (DETR's softmax):
-    by config.json's model_type, else by the processor's type."""
+    """"queries" (RT-DETR, D-FINE, RF-DETR), 100 (Conditional / Deformable DETR) or None (DETR's
+    softmax): by config.json's model_type, else by the processor's type."""
     model_type = (config or {}).get("model_type")
     processor = str(getattr(image_processor, "name", ""))
-    if model_type in TOP_QUERIES or processor.startswith("RTDetrImageProcessor"):
+    if model_type in TOP_QUERIES or processor.startswith(TOP_QUERIES_PROCESSORS):
         return "queries"
     if model_type in TOP_100 or processor.startswith(tuple(TOP_100.values())):
         return 100
