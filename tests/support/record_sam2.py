@@ -11,7 +11,9 @@ Sam2ImageProcessorFast, which needs torchvision (requirements-fast.txt):
    object_score_logits, for the calls in PROMPTS.
 3. references/sam2.json "automatic": transformers' pipeline("mask-generation") for the calls in
    AUTOMATIC (torchvision's batched_nms itself here).
-Masks are stored in references/sam2_masks.npz as in record_sam.py.
+Masks are stored in references/sam2_masks.npz as in record_sam.py. The steps are record_sam.py's,
+written again: that module imports onnx and onnxruntime (through families_vision_audio.py), which
+this venv lacks, and Sam2's processor calls differ (no reshaped_input_sizes, boxes).
 """
 
 from __future__ import annotations
