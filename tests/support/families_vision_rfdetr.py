@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import families_vision_audio as fva  # noqa: E402
+from families_vision_detr_variants import Wrapped  # noqa: E402  (logits, pred_boxes)
 from families_vision_audio import _id2label, perturb, pipeline_object_detection, seed  # noqa: E402
 
 # 18: Resize's antialias attribute (see bicubic_aa)
@@ -72,18 +73,6 @@ def bicubic_aa(g, image, output_size, align_corners, scales_h=None, scales_w=Non
     return g.op("Resize", image, sh._optional_input_placeholder_tensor(g), sh._optional_input_placeholder_tensor(g),
                 sizes, mode_s="cubic", cubic_coeff_a_f=-0.5, coordinate_transformation_mode_s="half_pixel",
                 exclude_outside_i=1, antialias_i=1)
-
-
-class Wrapped(torch.nn.Module):
-    """logits and pred_boxes only (onnx-community's RF-DETR graphs' outputs)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values):
-        out = self.model(pixel_values=pixel_values)
-        return out.logits, out.pred_boxes
 
 
 def build_rf_detr():

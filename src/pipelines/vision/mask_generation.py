@@ -129,9 +129,7 @@ class MaskGenerationPipeline(VisionPipeline):
         point: one shape)."""
         embeddings = {k: chunk[k][None] for k in self.family.embeddings}
         points, labels, boxes = chunk["points"], chunk["labels"], chunk["boxes"]
-        if len(points) == 0:  # boxes only: each box is a prompt
-            points, labels = np.zeros((1, 0, 2), np.float32), np.zeros((len(boxes), 0), np.int64)
-        size = max(len(points), len(labels)) if batch is None else batch
+        size = len(labels) if batch is None else batch
         out = []
         for start in range(0, len(labels), size):
             p, l = points[start:start + size], labels[start:start + size]
@@ -279,7 +277,9 @@ def _prompts(points, labels, boxes):
     if points is None:
         if labels is not None:
             raise PipelineError("input_labels need input_points (one label per point)")
-        return np.zeros((0, 0, 2)), np.zeros((0, 0), np.int64), boxes
+        # transformers.js' boxes-only layout: one row of no points, a row of no labels per box
+        # (each box a prompt)
+        return np.zeros((1, 0, 2)), np.zeros((len(boxes), 0), np.int64), boxes
     points, labels = _points(points, labels)
     if len(boxes) and (len(boxes), len(points)) != (1, 1):
         raise PipelineError(f"input_points with input_boxes take one prompt and one box (the "
