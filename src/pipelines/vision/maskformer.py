@@ -13,6 +13,7 @@ import numpy as np
 
 from ..heads import sigmoid, softmax
 from .interpolate import bilinear, nearest
+from .torch_topk import topk_unsorted
 
 MASK2FORMER_MASK_SIZE = (384, 384)
 
@@ -37,9 +38,7 @@ def instance_segments(class_logits, mask_logits, size, threshold):
     probs = softmax(np.asarray(class_logits, np.float32))[:, :-1]
     n_queries, n_labels = probs.shape
     flat = probs.reshape(-1)
-    # torch.topk(sorted=False): descending on CPU when num_labels >= 64 (partial_sort); with fewer
-    # labels torch's order is that of std::nth_element, which we do not copy
-    top = np.argsort(-flat, kind="stable")[:n_queries]
+    top = topk_unsorted(flat, n_queries)  # torch.topk(sorted=False)'s order: it sets the ids
     labels, queries = top % n_labels, top // n_labels
     masks = mask_logits[queries]
     binary = masks > 0
