@@ -4,16 +4,33 @@ post-processing transformers runs on model outputs (depth maps, segmentation log
 import numpy as np
 
 
+# Maps resized together in bilinear: about 2 MB of float64 per temporary, so the steps stay in
+# cache. Whole, Mask2Former's 150 class maps to a 512x683 photo took 1.6 s (temporaries of
+# 200-400 MB each); the arithmetic per pixel is the same either way.
+CHUNK_PIXELS = 1 << 18
+
+
 def bilinear(x, size):
     """``interpolate(x[None], size, mode="bilinear")`` of ``x`` [..., H, W]. Each output pixel
     blends two source pixels per axis: gathered, not a dense weight matrix (SAM's masks, 256 ->
     1024 -> the image, took minutes as matmuls)."""
-    x = np.asarray(x, np.float64)
-    for axis, (n_in, n_out) in zip((-2, -1), zip(x.shape[-2:], size)):
-        left, right, t = _linear_taps(n_in, int(n_out))
+    x = np.asarray(x)
+    size = tuple(int(n) for n in size)
+    taps = [_linear_taps(n_in, n_out) for n_in, n_out in zip(x.shape[-2:], size)]
+    maps = x.reshape((-1,) + x.shape[-2:])
+    out = np.empty((len(maps),) + size, np.float32)
+    step = max(1, CHUNK_PIXELS // max(maps[0].size if len(maps) else 1, size[0] * size[1]))
+    for start in range(0, len(maps), step):
+        out[start:start + step] = _bilinear_maps(maps[start:start + step], taps)
+    return out.reshape(x.shape[:-2] + size)
+
+
+def _bilinear_maps(maps, taps):
+    x = maps.astype(np.float64)
+    for axis, (left, right, t) in zip((-2, -1), taps):
         t = t.reshape((-1, 1) if axis == -2 else (-1,))
         x = np.take(x, left, axis=axis) * (1 - t) + np.take(x, right, axis=axis) * t
-    return x.astype(np.float32)
+    return x
 
 
 def bicubic(x, size):

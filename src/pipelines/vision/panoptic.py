@@ -67,4 +67,7 @@ def semantic_map(logits, pred_masks, size):
     probabilities summed over queries, bilinear to the image, argmax over classes."""
     classes = softmax(np.asarray(logits, np.float32))[:, :-1]
     masks = sigmoid(np.asarray(pred_masks, np.float32))
-    return bilinear(np.einsum("qc,qhw->chw", classes, masks), size).argmax(axis=0)
+    # torch's einsum("qc,qhw->chw") as one BLAS product (NumPy's own einsum loop took 0.56 s for
+    # 100 queries x 150 classes at 384x384; this 0.04 s)
+    per_class = (classes.T @ masks.reshape(len(masks), -1)).reshape((-1,) + masks.shape[1:])
+    return bilinear(per_class, size).argmax(axis=0)
