@@ -25,7 +25,8 @@ SCORE_TOL = 2e-6
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_order_equals_torch(case):
-    """Exact indices, in order: ties, NaNs, k = 1 and k = n, both sides of k * 64 <= n."""
+    """Exact indices, in order: ties, NaNs, k = 1 and k = n, both sides of k * 64 <= n, and
+    adversary inputs that take introselect to its depth limit (its heap-select fallback)."""
     values, want = TOPK[f"{case}/values"], TOPK[f"{case}/indices"]
     assert topk_unsorted(values, len(want)).tolist() == want.tolist()
 

@@ -7,7 +7,9 @@ Writes tests/fixtures/torch-topk/:
 - topk.npz: for case i, ``i/values`` (float32, 1-D) and ``i/indices``, torch.topk(values, k,
   sorted=False).indices, k = len(indices). The cases cover both of ATen's algorithms (partial_sort
   when k * 64 <= n, else nth_element), ties (values drawn from a few levels), NaNs, k = 1 and k = n,
-  and arrays long enough that introselect partitions many times.
+  arrays long enough that introselect partitions many times, and McIlroy's adversary inputs
+  (built against the port, src/pipelines/vision/torch_topk.py) that drive introselect to its
+  depth limit, where it falls back to a heap select.
 - instance.npz + instance.json: Mask2FormerImageProcessor.post_process_instance_segmentation and
   MaskFormerImageProcessor's on random logits with 7 labels and 20 queries (140 pairs, so
   nth_element): the inputs, the segmentation map and segments_info.
@@ -21,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+import importlib.util
+
 import numpy as np
 import torch
 from transformers import Mask2FormerImageProcessor, MaskFormerImageProcessor
@@ -33,6 +37,7 @@ OUT = FIXTURES / "torch-topk"
 CASES = [(n, k, kind) for kind in ("normal", "ties", "nan")
          for n, k in [(10, 1), (10, 10), (140, 20), (700, 10), (639, 10), (640, 10), (641, 10),
                       (4000, 100), (5000, 78), (37, 30), (3, 2), (4, 3), (12600, 200)]]
+ADVERSARY = [(64, 32), (200, 100), (1000, 500)]
 QUERIES, LABELS, MASK = 20, 7, (16, 16)
 SIZES = [(61, 83), (40, 40)]
 
@@ -46,10 +51,42 @@ def draw(rng, n, kind):
     return values
 
 
+def port():
+    """The port under test, loaded from its file (it needs NumPy only; transmuter needs JAX)."""
+    path = Path(__file__).resolve().parents[2] / "src" / "pipelines" / "vision" / "torch_topk.py"
+    spec = importlib.util.spec_from_file_location("torch_topk", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def adversary(n, k):
+    """McIlroy's antiqsort ("A Killer Adversary for Quicksort", 1999) against the port's
+    introselect: values are fixed only when compared, so that each pivot lands near an end.
+    Returns float32 values, larger first in torch's order."""
+    gas, val, state = n, [n] * n, {"solid": 0, "candidate": 0}
+
+    def before(x, y):
+        if val[x] == gas and val[y] == gas:
+            z = x if x == state["candidate"] else y
+            val[z], state["solid"] = state["solid"], state["solid"] + 1
+        if val[x] == gas:
+            state["candidate"] = x
+        elif val[y] == gas:
+            state["candidate"] = y
+        return val[x] < val[y]
+
+    topk = port()
+    topk._introselect(list(range(n)), 0, k - 1, n, 2 * (n.bit_length() - 1), before)
+    return -np.array(val, np.float32)
+
+
 def record_topk(rng):
     arrays, unsorted = {}, 0
-    for i, (n, k, kind) in enumerate(CASES):
-        values = draw(rng, n, kind)
+    inputs = [(draw(rng, n, kind), k, kind) for n, k, kind in CASES]
+    inputs += [(adversary(n, k), k, "adversary") for n, k in ADVERSARY]
+    for i, (values, k, kind) in enumerate(inputs):
+        n = len(values)
         indices = torch.topk(torch.from_numpy(values), k, sorted=False).indices.numpy()
         arrays[f"{i}/values"], arrays[f"{i}/indices"] = values, indices.astype(np.int64)
         if k * 64 > n and kind == "normal" and k > 2:
