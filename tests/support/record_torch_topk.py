@@ -19,11 +19,10 @@ the sorted order, and the instance segments are not in score order.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
-
-import importlib.util
 
 import numpy as np
 import torch

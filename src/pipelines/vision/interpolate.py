@@ -19,7 +19,7 @@ def bilinear(x, size):
     taps = [_linear_taps(n_in, n_out) for n_in, n_out in zip(x.shape[-2:], size)]
     maps = x.reshape((-1,) + x.shape[-2:])
     out = np.empty((len(maps),) + size, np.float32)
-    step = max(1, CHUNK_PIXELS // max(maps[0].size if len(maps) else 1, size[0] * size[1]))
+    step = max(1, CHUNK_PIXELS // max(1, maps.shape[1] * maps.shape[2], size[0] * size[1]))
     for start in range(0, len(maps), step):
         out[start:start + step] = _bilinear_maps(maps[start:start + step], taps)
     return out.reshape(x.shape[:-2] + size)
