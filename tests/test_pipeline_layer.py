@@ -87,6 +87,8 @@ def test_one_padding_policy():
     assert buckets.octave_lengths(64) == (16, 20, 24, 28, 32, 40, 48, 56, 64)
     assert buckets.octave_lengths(100, per_octave=2) == (16, 24, 32, 48, 64, 96, 100)  # + cap
     assert buckets.octave_lengths(10) == (10,)  # a model shorter than the least bucket
+    # vision patches: 8 steps per doubling (over (128, 256]: multiples of 16), whole merged tokens
+    assert [buckets.patches(n, 4) for n in (6, 100, 132, 256, 3888)] == [8, 104, 144, 256, 4096]
 
 
 

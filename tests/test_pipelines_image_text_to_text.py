@@ -186,6 +186,34 @@ def test_stream_joins_to_the_new_text():
     assert "".join(chunks) == c["outputs"][0]["generated_text"]
 
 
+# --- vision encoder shapes ----------------------------------------------------------------------
+
+
+def test_tiles_run_in_power_of_two_chunks():
+    """An image split into tiles runs them in chunks of a power of two (10 tiles: 8, 2), so a few
+    compiled shapes serve every tile count; the features equal onnxruntime's over all the tiles
+    in one call (the encoder reads each tile alone). 1e-4, as tests/test_models.py compares every
+    graph with onnxruntime: float32 sums in another order (measured 1.3e-5 on features of ~20)."""
+    ort = pytest.importorskip("onnxruntime")
+    skimage_data = pytest.importorskip("skimage.data")
+    from transmuter.preprocess.image import load_image
+
+    p = pipe()
+    _, (pixels, mask) = p.family.prepare("<image>", [load_image(skimage_data.astronaut())])
+    assert len(pixels) == 10  # 3 x 3 tiles and the global image
+    seen = []
+
+    def run(feed):
+        seen.append(feed["pixel_values"].shape[1])
+        return p._run_model(feed, model=p.vision)
+
+    got = p.family.features(run, (pixels, mask))
+    session = ort.InferenceSession(str(FX / "onnx/vision_encoder.onnx"))
+    want = session.run(None, {"pixel_values": pixels[None], "pixel_attention_mask": mask[None]})[0]
+    assert seen == [8, 2]
+    np.testing.assert_allclose(got, want.reshape(-1, want.shape[-1]), rtol=0, atol=1e-4)
+
+
 # --- errors -------------------------------------------------------------------------------------
 
 

@@ -148,6 +148,79 @@ def test_smart_resize_refuses_extreme_aspect():
         smart_resize(10, 2100, 28, 3136, 12845056)
 
 
+# --- vision encoder shapes ----------------------------------------------------------------------
+
+# Five patch counts (600 to 624: images of 28-pixel multiples, 150 to 156 merged tokens) that
+# share one bucket (buckets.patches: 640), each image run alone with its filler
+SIDES = [(12, 13), (11, 14), (10, 15), (13, 12), (9, 17), (8, 19)]
+
+
+def ort_features(path, pixels, grids):
+    """onnxruntime's image_features of the vision encoder ``path`` on these patches, unpadded."""
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(str(path))
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, dict(zip(names, (pixels, grids))))[0]
+
+
+def test_vision_encoder_pads_images_to_shared_shapes(fx):
+    """Images of five patch counts run through one compiled shape (each alone, padded with a
+    filler image that its attention never sees) plus the first call's check; each image's
+    features, and two images' together, equal onnxruntime's on the unpadded patches. 1e-4 of
+    the features' scale: float32 sums at other shapes, in XLA and onnxruntime (measured 1e-6)."""
+    from transmuter.compiled import CompiledFunction
+    from transmuter.pipelines.vision.vlm_families import Qwen2VL
+    from transmuter.preprocess.image import load_image
+
+    skimage_data = pytest.importorskip("skimage.data")
+    photo = load_image(skimage_data.astronaut())
+    p = fx.pipe()
+    family = Qwen2VL(None, p.config)
+    run = CompiledFunction(p.vision, cache_size=64)
+    visions = [family.images.process([photo.resize((28 * w, 28 * h))], max_pixels=28 * 28 * 400)
+               for h, w in SIDES]
+    assert len({len(pixels) for pixels, _ in visions}) == 5
+    for pixels, grids in visions + [tuple(map(np.concatenate, zip(*visions[:2])))]:
+        want = ort_features(fx.dir / "onnx/vision_encoder.onnx", pixels, grids)
+        got = family.features(run, (pixels, grids))
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    assert family.pads is True
+    assert run.cache_info().misses == 2  # the check's unpadded first image, then one bucket
+
+
+def test_vision_encoder_whose_images_mix_runs_unpadded(tmp_path):
+    """A vision encoder whose features of one image depend on the other images' patches (each
+    row plus the mean of all rows) fails the first call's check: every call then runs the
+    images together and unpadded, as the graph was exported, and equals onnxruntime."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from transmuter.compiled import CompiledFunction
+    from transmuter.pipelines.vision.vlm_families import Qwen2VL
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["pixel_values", "shape"], ["rows"]),
+         helper.make_node("ReduceMean", ["rows"], ["mean"], axes=[0], keepdims=1),
+         helper.make_node("Add", ["rows", "mean"], ["image_features"])],
+        "mixing",
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["patches", 6]),
+         helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["images", 3])],
+        [helper.make_tensor_value_info("image_features", TensorProto.FLOAT, None)],
+        [helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 24])])
+    path = tmp_path / "vision_encoder.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    family = Qwen2VL(None, {})
+    run = CompiledFunction(transmuter.load(path))
+    rng = np.random.default_rng(0)
+    for grids in ([[1, 4, 6]], [[1, 2, 2], [1, 6, 2]]):
+        grids = np.array(grids, np.int64)
+        pixels = rng.standard_normal((int(np.prod(grids, axis=-1).sum()), 6)).astype(np.float32)
+        got = family.features(run, (pixels, grids))
+        np.testing.assert_allclose(got, ort_features(path, pixels, grids), rtol=0, atol=1e-6)
+        assert family.pads is False
+
+
 # --- generation ---------------------------------------------------------------------------------
 
 

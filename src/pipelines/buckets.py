@@ -67,6 +67,18 @@ def octave_length(n, per_octave=4):
     return multiple(n, step)
 
 
+# The Qwen2-VL vision encoder's patch rows (vlm_families.Qwen2VL): up to 1/PATCH_STEPS more. Its
+# attention is dense over all patches, masked per image, so padding costs more than it saves
+# sooner than text's does: 1/8 more rows is at most 1.27x the attention (4 steps: 1.56x).
+PATCH_STEPS = 8
+
+
+def patches(n, unit):
+    """``n`` patch rows rounded up to one of PATCH_STEPS steps per power of two, and to a multiple
+    of ``unit`` (the rows of one merged token): 100 -> 104, 132 -> 144, 3,888 -> 4,096 (unit 4)."""
+    return multiple(octave_length(n, PATCH_STEPS), unit)
+
+
 def octave_lengths(cap, per_octave=SEQUENCE_STEPS, least=MIN_SEQUENCE_LENGTH):
     """Every ``octave_length`` from ``least`` up to ``cap``, and ``cap`` itself: the default
     ``sequence_length`` buckets (cap 256, 4 steps: 16, 20, 24, 28, 32, 40, ..., 224, 256)."""

@@ -188,7 +188,8 @@ class ImageTextToTextPipeline(Pipeline):
         fn = self.vision.shared.get("compiled")
         if fn is None:
             from ...compiled import CompiledFunction
-            fn = self.vision.shared["compiled"] = CompiledFunction(self.vision)
+            fn = self.vision.shared["compiled"] = CompiledFunction(self.vision,
+                                                                   cache_size=self.cache_size)
         features = self.family.features(fn, chunk["vision"])
         at = np.nonzero(np.asarray(chunk["ids"]) == self.image_token_id)[0]
         if len(at) != len(features):

@@ -14,7 +14,13 @@ from ...errors import InputError
 from ...generation.mrope import rope_index
 from ...preprocess import image_idefics3 as idefics3
 from ...preprocess import image_qwen2vl as qwen2vl
+from .. import buckets
 from ..base import PipelineError
+
+# How far the padded features may stray from the unpadded ones on the first call (relative to
+# their largest): XLA sums in another order at another shape (float32: ~1e-6), where an image
+# attending to the filler's patches moves its features by their own scale.
+PAD_CHECK = 1e-4
 
 
 class Idefics3:
@@ -39,10 +45,16 @@ class Idefics3:
         return idefics3.expand_prompt(text, grids, self.image_seq_len), tiles
 
     def features(self, run, vision):
+        """The tiles' features in chunks of a power of two tiles (13 tiles: 8, 4, 1): the encoder
+        reads each tile on its own, so a handful of compiled shapes serve every tile count."""
         pixels, mask = vision
-        out = np.asarray(run({"pixel_values": pixels[None],
-                              "pixel_attention_mask": mask[None]})["image_features"])
-        return out.reshape(-1, out.shape[-1])
+        out, at = [], 0
+        for n in buckets.pow2_chunks(len(pixels)):
+            part = run({"pixel_values": pixels[None, at:at + n],
+                        "pixel_attention_mask": mask[None, at:at + n]})["image_features"]
+            out.append(np.asarray(part).reshape(-1, part.shape[-1]))
+            at += n
+        return np.concatenate(out)
 
     def positions(self, ids, vision):
         return None
@@ -61,6 +73,7 @@ class Qwen2VL:
         self.image_token_id = config.get("image_token_id")
         self.vision_start_token_id = config.get("vision_start_token_id")
         self.merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
+        self.pads = None  # whether an image runs alone with a filler (checked on the first call)
 
     def prepare(self, text, images, split=None, bounds=None):
         if split is not None:
@@ -76,11 +89,41 @@ class Qwen2VL:
         return expanded, None if pixels is None else (pixels, grids)
 
     def features(self, run, vision):
+        """The images' features, each image run alone with a filler image of zeros that pads its
+        patches to a bucket (buckets.patches), the filler's features dropped: an image attends
+        only to its own patches (transformers' cu_seqlens), so a few compiled shapes serve every
+        image size, and no image pays for another's patches in attention. The first call checks
+        that on the graph: an encoder whose images see each other runs them together, unpadded,
+        as it was exported."""
         pixels, grids = vision
         # transformers.js' Qwen2VL names the grid grid_thw, its Qwen2_5_VL image_grid_thw
         names = {v.name for v in run.model.inputs}
         grid = "image_grid_thw" if "image_grid_thw" in names else "grid_thw"
-        return np.asarray(run({"pixel_values": pixels, grid: grids})["image_features"])
+
+        def encode(pixels, grids):
+            return np.asarray(run({"pixel_values": pixels, grid: grids})["image_features"])
+
+        if self.pads is False:
+            return encode(pixels, grids)
+        sizes = np.prod(grids, axis=-1)
+        if self.pads is None:
+            together = encode(pixels, grids)
+            first = self._alone(encode, pixels[:sizes[0]], grids[0])
+            scale = float(np.abs(together).max())
+            self.pads = bool(np.abs(first - together[:len(first)]).max() <= PAD_CHECK * scale)
+            return together
+        starts = np.cumsum(sizes) - sizes
+        return np.concatenate([self._alone(encode, pixels[a:a + n], g)
+                               for a, n, g in zip(starts, sizes, grids)])
+
+    def _alone(self, encode, pixels, grid):
+        """One image's features, run with a filler image of zeros (at least one merged token) up
+        to the bucket of its patches."""
+        rows, unit = len(pixels), self.merge * self.merge
+        size = buckets.patches(rows + unit, unit)
+        filler = np.zeros((size - rows,) + pixels.shape[1:], pixels.dtype)
+        grids = np.array([grid, [1, self.merge, (size - rows) // self.merge]], grid.dtype)
+        return encode(np.concatenate([pixels, filler]), grids)[:rows // unit]
 
     def positions(self, ids, vision):
         return rope_index(ids, None if vision is None else vision[1], self.image_token_id,
