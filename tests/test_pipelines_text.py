@@ -210,6 +210,26 @@ def test_aliases_and_tokenizer():
     assert len(windows.ids) == 16 and windows.overflowing
 
 
+def test_tokenizer_encodes_from_many_threads():
+    """tokenizers keeps truncation as state; encodes that set it differently from several threads
+    (image pipelines preprocess in threads, users call from several) each get their own
+    setting's ids, as one thread gives them."""
+    import concurrent.futures
+
+    tok = Tokenizer.from_repo(hub.resolve(ROOT / "bert-question-answering"))
+    text = " ".join(["word"] * 60)
+    calls = [(i % 3) * 8 or None for i in range(3000)]  # max_length 8, 16 or no truncation
+
+    def encode(max_length):
+        return tok.encode(text, max_length=max_length, truncation=bool(max_length)).ids
+
+    want = {n: encode(n) for n in set(calls)}
+    assert len({len(ids) for ids in want.values()}) == 3
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(encode, calls))
+    assert all(ids == want[n] for ids, n in zip(got, calls))
+
+
 # Dense modules run in float32 NumPy over sentence-transformers' own weights, after a pooled
 # embedding whose sums XLA orders differently from PyTorch: ~1e-7 apart on these unit vectors
 # (components < 1), so 1e-5 leaves two orders of headroom and would catch a wrong activation,

@@ -153,6 +153,53 @@ def test_a_bad_image_in_a_list_is_named(tmp_path):
                                               str(broken)])
 
 
+def test_a_bad_image_in_a_stream_comes_at_its_turn(tmp_path):
+    """Images are preprocessed by background threads ahead of the model (pipelines/prefetch.py);
+    a broken file among them raises when its turn comes, after the same results as preprocessing
+    in the caller's thread gives, never earlier and never lost."""
+    broken = tmp_path / "broken.png"
+    broken.write_bytes((ROOT / "vit" / "references" / "image_0.png").read_bytes()[:100])
+    good = [str(ROOT / f"vit/references/image_{i}.png") for i in range(2)]
+    p = pipe("vit", "image-classification")
+    seen = {}
+    for threads in (True, False):
+        p.prefetch, seen[threads] = threads, []
+        with pytest.raises(InputError, match="broken.png"):
+            for result in p(iter(good * 3 + [str(broken)] + good), batch_size=1):
+                seen[threads].append(result)
+    del p.prefetch
+    assert seen[True] == seen[False] and len(seen[True]) >= 4
+
+
+def test_images_are_preprocessed_ahead_in_threads_and_stop_with_the_stream():
+    """The model's batches come from images preprocessed in threads; a stream closed early
+    leaves no preprocessing thread behind."""
+    import threading
+    import time
+
+    p = pipe("vit", "image-classification")
+    images = [str(ROOT / f"vit/references/image_{i % 2}.png") for i in range(40)]
+    where, preprocess = set(), p.preprocess
+
+    def spy(image, **params):
+        where.add(threading.current_thread().name.split("_")[0])
+        yield from preprocess(image, **params)
+
+    p.preprocess = spy
+    try:
+        stream = p(iter(images), batch_size=2)
+        first = next(stream)
+        stream.close()
+    finally:
+        del p.preprocess
+    assert where == {"transmuter-preprocess"}
+    assert_close(first, p(images[0]), 1e-5)  # batch 2 against 1: float32 sums in another order
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("transmuter-preprocess") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "preprocessing threads outlived the closed stream"
+        time.sleep(0.05)
+
+
 def test_top_k_and_function_to_apply():
     p = pipe("vit", "image-classification")
     image = str(ROOT / "vit/references/image_0.png")

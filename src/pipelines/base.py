@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import TransmuterError
 from ..sharding import row_multiple
-from . import buckets
+from . import buckets, prefetch
 
 
 class PipelineError(TransmuterError, ValueError):
@@ -41,6 +41,9 @@ class Pipeline:
     # batch 32: padded tokens 1.89x -> 1.76x the real ones with [32, 128, 256]).
     lookahead_batches = 16
     list_lookahead_batches = 64
+    # Whether inputs are preprocessed by background threads a batch ahead of the model
+    # (prefetch.py): where preprocessing reads and decodes files (images, audio), not text's.
+    prefetch = False
 
     def __init__(self, model, config=None, *, repo=None, batch_size=8, progress=False,
                  cache_size=buckets.COMPILED_CACHE_SIZE, **defaults):
@@ -130,8 +133,7 @@ class Pipeline:
     def _results(self, items, pre, fwd, post, batch_size, lookahead):
         window = batch_size
         pending, queued = [], 0
-        for item in items:
-            chunks = list(self.preprocess(item, **pre))
+        for chunks in self._preprocessed(items, pre, batch_size):
             if not pending and chunks and self._sortable(chunks[0]):
                 window = batch_size * lookahead
             pending.append(chunks)
@@ -141,6 +143,16 @@ class Pipeline:
                 pending, queued = [], 0
         if pending:
             yield from self._flush(pending, fwd, post, batch_size)
+
+    def _preprocessed(self, items, pre, ahead):
+        """Each input's chunks, in input order: made by background threads up to ``ahead`` inputs
+        before the one being batched, where the task preprocesses files (``prefetch``)."""
+        def chunks(item):
+            return list(self.preprocess(item, **pre))
+
+        if not self.prefetch:
+            return map(chunks, items)
+        return prefetch.ordered(chunks, items, ahead)
 
     def _flush(self, pending, fwd, post, batch_size):
         flat = list(itertools.chain.from_iterable(pending))

@@ -14,6 +14,7 @@ puts its token where tokenizer.json's TemplateProcessing has the language token 
 """
 
 import json
+import threading
 
 import numpy as np
 
@@ -59,6 +60,9 @@ class Tokenizer:
         backend.no_truncation()
         backend.no_padding()
         self._truncation = None
+        # tokenizers keeps truncation and the post-processor as state: one encode at a time sets
+        # them and encodes (pipelines preprocess in threads; users call from several)
+        self._state = threading.Lock()
         self.model_max_length = max_length(self.config)
         self.padding_side = self.config.get("padding_side", "right")
         self.clean_up_tokenization_spaces = bool(self.config.get("clean_up_tokenization_spaces",
@@ -135,16 +139,18 @@ class Tokenizer:
         if pair is not None:
             _check_text(pair, "text_pair")
         max_length = max_length or self.model_max_length
-        self._set_truncation(max_length if truncation else None, truncation, stride)
-        self.set_source_language(src_lang)
-        return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
+        with self._state:
+            self._set_truncation(max_length if truncation else None, truncation, stride)
+            self.set_source_language(src_lang)
+            return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
 
     def encode_words(self, words, *, max_length=None, truncation="longest_first"):
         """transformers' ``tokenizer(words, is_split_into_words=True, truncation=...)``: each
         word tokenized on its own (``word_ids`` tell them apart)."""
         max_length = max_length or self.model_max_length
-        self._set_truncation(max_length if truncation else None, truncation, 0)
-        return self.backend.encode(list(words), is_pretokenized=True)
+        with self._state:
+            self._set_truncation(max_length if truncation else None, truncation, 0)
+            return self.backend.encode(list(words), is_pretokenized=True)
 
     def _set_truncation(self, max_length, strategy, stride):
         # tokenizers keeps truncation as state; change it only when it changes (it is cheap, but

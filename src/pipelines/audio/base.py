@@ -17,6 +17,7 @@ class AudioPipeline(Pipeline):
     # A clip's features are small next to an image's (Whisper's 30 s: 0.96 MB), but long
     # recordings make many windows: read a few batches ahead, enough to group equal shapes.
     lookahead_batches = list_lookahead_batches = 4
+    prefetch = True  # files decode in background threads while the model runs
     # a (channels, samples) array is refused, as transformers' classification pipelines refuse
     # it; speech recognition averages the channels, as transformers' ASR pipeline does
     mix_channels = False

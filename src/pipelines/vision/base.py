@@ -17,6 +17,7 @@ class VisionPipeline(Pipeline):
     # Processed images are large (DETR at 800x1333: 12.8 MB each): read only two batches ahead,
     # enough to group images of one size, where text reads 16-64 batches ahead.
     lookahead_batches = list_lookahead_batches = 2
+    prefetch = True  # files decode in background threads while the model runs
 
     def __init__(self, model, config=None, *, image_processor, **kwargs):
         self.image_processor = image_processor
