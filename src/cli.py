@@ -14,6 +14,10 @@ a folder beside the output (``out.jsonl`` -> ``out_files/``), and the JSON line 
 
 Audio results (text-to-speech: ``{"audio", "sampling_rate"}``) are written as WAV files there;
 ``--output hello.wav`` writes the audio of its one input to that file instead of JSON lines.
+
+An input that cannot be read or prepared (a corrupt image, a file that is not audio) stops the
+run with its error (exit status 2); ``--on-error skip`` writes its line with ``"error"`` instead
+of ``"output"`` and goes on, and the run ends with exit status 1 when any input failed.
 """
 
 import argparse
@@ -46,6 +50,7 @@ def main(argv=None):
 
 def _run(args):
     import transmuter
+    from .errors import TransmuterError
     options = _options(args.options)
     if args.variant:
         options["variant"] = args.variant
@@ -59,16 +64,27 @@ def _run(args):
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     files = _Files(pathlib.Path(args.output).with_suffix("") if args.output else
                    pathlib.Path("transmuter_output"))
+    on_error = "return" if args.on_error == "skip" else "raise"
+    failed = total = 0
     try:
         meta, texts = _split(_inputs(args, media))
         # results first: computing one reads its input, which queues that input's metadata
-        for n, (result, info) in enumerate(zip(pipe(texts, progress=not args.quiet), meta)):
-            value = _jsonable(result, files, f"{n:06d}")
-            out.write(json.dumps({**info, "output": value}, ensure_ascii=False) + "\n")
+        results = pipe(texts, progress=not args.quiet, on_error=on_error)
+        for total, (result, info) in enumerate(zip(results, meta), 1):
+            if isinstance(result, TransmuterError):
+                failed += 1
+                line = {**info, "error": f"{type(result).__name__}: {result}"}
+            else:
+                line = {**info, "output": _jsonable(result, files, f"{total - 1:06d}")}
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
             out.flush()
     finally:
         if out is not sys.stdout:
             out.close()
+    if failed:
+        print(f"transmuter: {failed} of {total} inputs failed (their lines hold \"error\")",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -114,6 +130,9 @@ def _parser():
     run.add_argument("--variant", help="ONNX variant: fp32, fp16, q8, q4, ...")
     run.add_argument("--options", help='task options as JSON, e.g. \'{"top_k": 3}\'')
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    run.add_argument("--on-error", choices=["stop", "skip"], default="stop",
+                     help="an input that cannot be read: stop the run (default), or write its "
+                          "error as its line and go on (exit status 1 at the end)")
     return parser
 
 

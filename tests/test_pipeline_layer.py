@@ -7,6 +7,7 @@ import itertools
 import math
 import weakref
 
+import numpy as np
 import pytest
 
 import transmuter
@@ -168,3 +169,40 @@ def test_speech_recognition_models_die_with_the_pipeline():
     assert all(_freed("automatic-speech-recognition", "whisper", clip, variant="fp32",
                       generate_kwargs={"max_new_tokens": 2, "num_beams": 1}))
     assert all(_freed("automatic-speech-recognition", "wav2vec2", clip))
+
+
+def test_on_error_return_gives_each_failed_input_its_error(tmp_path):
+    """on_error="return": an input that cannot be prepared gets its error in its result's
+    place (lists, streams and one input alike, images, audio and text alike); the others get
+    what they get alone."""
+    from transmuter.errors import InputError, TransmuterError
+
+    broken = tmp_path / "broken.png"
+    broken.write_bytes((ROOT / "vit/references/image_0.png").read_bytes()[:100])
+    noise = tmp_path / "noise.wav"
+    noise.write_bytes(b"RIFF0000WAVEnot really")
+    cases = [("image-classification", "vit", str(ROOT / "vit/references/image_0.png"),
+              [str(broken), 12]),
+             ("audio-classification", "ast", str(ROOT / "speech/cat_16k.wav"),
+              [str(noise), np.zeros(0, np.float32)]),
+             ("text-classification", "bert-sequence-classification", "A fine day.", [7, None])]
+    for task, fixture, good, bad in cases:
+        pipe = transmuter.pipeline(task, ROOT / fixture)
+        want = pipe([good])[0]  # a list's item (text-classification: a dict, alone a list)
+        for inputs in ([good, *bad, good], iter([bad[0], good, bad[1]])):
+            got = list(pipe(inputs, batch_size=2, on_error="return"))
+            errors = [r for r in got if isinstance(r, Exception)]
+            assert len(errors) == len(bad) and all(isinstance(e, TransmuterError) for e in errors)
+            fine = [r for r in got if not isinstance(r, Exception)]
+            assert len(fine) == len(got) - len(bad)
+            for r in fine:  # 1e-5: a batch of 2 against 1 sums in another order (float32)
+                test_pipelines_text.assert_close(r, want, 1e-5)
+        if isinstance(bad[0], str):  # one input alone (a text is always one that prepares)
+            assert isinstance(pipe(bad[0], on_error="return"), TransmuterError)
+        with pytest.raises(TransmuterError):
+            pipe([good, bad[0]])
+    with pytest.raises(InputError, match="broken.png"):
+        pipe = transmuter.pipeline("image-classification", ROOT / "vit")
+        pipe(str(broken))
+    with pytest.raises(PipelineError, match="on_error must be 'raise' or 'return'"):
+        pipe([str(broken)], on_error="skip")

@@ -115,3 +115,30 @@ def test_run_folder_of_recordings(tmp_path):
     plain = next(c for c in recorded["cases"] if c["name"] == "plain")
     assert [r["file"].rsplit("/", 1)[-1] for r in rows] == ["a.wav", "b.WAV"]
     assert [r["output"] for r in rows] == plain["outputs"]
+
+
+def test_a_broken_file_stops_the_run_or_is_skipped(tmp_path, capsys):
+    """A corrupt image stops the run (exit 2, one line naming it); with --on-error skip its line
+    holds the error, the other images their results, and the run exits 1."""
+    import shutil
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    refs = ROOT / "segformer" / "references"
+    shutil.copy(refs / "image_0.png", photos / "a.png")
+    (photos / "b.png").write_bytes((refs / "image_1.png").read_bytes()[:100])
+    shutil.copy(refs / "image_1.png", photos / "c.png")
+    out = tmp_path / "out.jsonl"
+    command = ["run", "image-segmentation", str(ROOT / "segformer"), "--input", str(photos),
+               "--output", str(out), "--quiet"]
+    assert cli.main(command) == 2
+    assert "b.png" in capsys.readouterr().err
+    assert cli.main([*command, "--on-error", "skip"]) == 1
+    assert "1 of 3 inputs failed" in capsys.readouterr().err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["file"].rsplit("/", 1)[-1] for r in rows] == ["a.png", "b.png", "c.png"]
+    assert "output" not in rows[1] and rows[1]["error"].startswith("InputError: ")
+    assert "b.png" in rows[1]["error"]
+    recorded = json.loads((refs / "pipeline_image-segmentation.json").read_text())["outputs"]
+    for row, want in zip([rows[0], rows[2]], recorded):
+        assert [s["label"] for s in row["output"]] == [s["label"] for s in want]

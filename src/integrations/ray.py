@@ -85,9 +85,10 @@ class TransmuterPredictor:
 
     def _run(self, values, paths):
         """(results, errors), one of each per row: a failed row has result None and its message.
-        The rows run as one batch; only when that fails are they run one by one to find the
-        rows at fault (then the others run again as one batch, so their padding, hence their
-        numbers, are those of a batch)."""
+        The rows run as one batch, where a row that cannot be prepared (a corrupt file) gets its
+        error in its result's place (the pipeline's on_error="return"); only when the batch
+        itself fails are the rows run one by one to find the rows at fault (then the others run
+        again as one batch, so their padding, hence their numbers, are those of a batch)."""
         errors = [None if cols.accepts(v, self.kind) else
                   f"{type(v).__name__} value, not {cols.describe(self.kind)}" for v in values]
         for i in range(len(values)):
@@ -95,7 +96,7 @@ class TransmuterPredictor:
                 self._fail(i, values, paths, errors)
         todo = [i for i, e in enumerate(errors) if e is None]
         try:
-            return self._scatter(todo, self.pipeline([values[i] for i in todo]), errors)
+            outputs = self.pipeline([values[i] for i in todo], on_error="return")
         except Exception:  # noqa: BLE001 -- any failure: find the row, else raise as it was
             found = False
             for i in todo:
@@ -106,8 +107,13 @@ class TransmuterPredictor:
                     self._fail(i, values, paths, errors)
             if not found:
                 raise
-        todo = [i for i, e in enumerate(errors) if e is None]
-        return self._scatter(todo, self.pipeline([values[i] for i in todo]), errors)
+            todo = [i for i, e in enumerate(errors) if e is None]
+            return self._scatter(todo, self.pipeline([values[i] for i in todo]), errors)
+        for i, out in zip(todo, outputs):
+            if isinstance(out, TransmuterError):
+                errors[i] = f"{type(out).__name__}: {out}"
+                self._fail(i, values, paths, errors)
+        return self._scatter(todo, outputs, errors)
 
     def _fail(self, i, values, paths, errors):
         """Raise row ``i``'s error (on_error="raise"), else keep it for the error column."""
@@ -122,7 +128,8 @@ class TransmuterPredictor:
     def _scatter(todo, outputs, errors):
         results = [None] * len(errors)
         for i, out in zip(todo, outputs):
-            results[i] = out
+            if errors[i] is None:
+                results[i] = out
         return results, errors
 
 

@@ -85,11 +85,18 @@ class Pipeline:
 
     # --- calling -------------------------------------------------------------------------------
 
-    def __call__(self, inputs, *, batch_size=None, progress=None, **kwargs):
+    def __call__(self, inputs, *, batch_size=None, progress=None, on_error="raise", **kwargs):
+        """``on_error="return"``: an input that cannot be read or prepared (a corrupt file, a
+        wrong type) gets its error (a TransmuterError naming it) in its result's place, and the
+        others run on; "raise" (the default) raises it at its turn."""
         params = self._sanitize_parameters(**{**self._defaults, **kwargs})
         batch_size = self.batch_size if batch_size is None else _positive_int(batch_size,
                                                                               "batch_size")
         progress = self.progress if progress is None else progress
+        if on_error not in ON_ERROR:
+            raise PipelineError(f"on_error must be 'raise' or 'return' (each failed input's "
+                                f"error in its result's place), got {on_error!r}")
+        params = (*params, on_error == "return")
         if self._is_single(inputs):
             return next(self._iterate([inputs], params, batch_size, False))
         if isinstance(inputs, (list, tuple)):
@@ -121,41 +128,47 @@ class Pipeline:
         ``lookahead_batches``) batches of chunks; those are run largest first, so each batch pads
         to sizes close to its own (as sentence-transformers' ``encode`` sorts its input), then
         each input's result is yielded."""
-        pre, fwd, post = params
         lookahead = self.lookahead_batches if lookahead is None else lookahead
-        results = self._results(iter(inputs), pre, fwd, post, batch_size, lookahead)
+        results = self._results(iter(inputs), *params, batch_size, lookahead)
         if progress:
             from tqdm.auto import tqdm
             total = len(inputs) if hasattr(inputs, "__len__") else None
             results = iter(tqdm(results, total=total, desc=self.task, unit="input"))
         return results
 
-    def _results(self, items, pre, fwd, post, batch_size, lookahead):
+    def _results(self, items, pre, fwd, post, keep_going, batch_size, lookahead):
+        """Each input's result (``keep_going``: or its error), in input order."""
         window = batch_size
         pending, queued = [], 0
-        for chunks in self._preprocessed(items, pre, batch_size):
-            if not pending and chunks and self._sortable(chunks[0]):
+        for chunks in self._preprocessed(items, pre, batch_size, keep_going):
+            if not pending and _ran(chunks) and chunks and self._sortable(chunks[0]):
                 window = batch_size * lookahead
             pending.append(chunks)
-            queued += len(chunks)
+            queued += len(chunks) if _ran(chunks) else 0
             if queued >= window:
-                yield from self._flush(pending, fwd, post, batch_size)
+                yield from self._flush(pending, fwd, post, batch_size, keep_going)
                 pending, queued = [], 0
         if pending:
-            yield from self._flush(pending, fwd, post, batch_size)
+            yield from self._flush(pending, fwd, post, batch_size, keep_going)
 
-    def _preprocessed(self, items, pre, ahead):
-        """Each input's chunks, in input order: made by background threads up to ``ahead`` inputs
-        before the one being batched, where the task preprocesses files (``prefetch``)."""
+    def _preprocessed(self, items, pre, ahead, keep_going):
+        """Each input's chunks (``keep_going``: or the TransmuterError that preparing it raised),
+        in input order: made by background threads up to ``ahead`` inputs before the one being
+        batched, where the task preprocesses files (``prefetch``)."""
         def chunks(item):
-            return list(self.preprocess(item, **pre))
+            try:
+                return list(self.preprocess(item, **pre))
+            except TransmuterError as e:
+                if not keep_going:
+                    raise
+                return e
 
         if not self.prefetch:
             return map(chunks, items)
         return prefetch.ordered(chunks, items, ahead)
 
-    def _flush(self, pending, fwd, post, batch_size):
-        flat = list(itertools.chain.from_iterable(pending))
+    def _flush(self, pending, fwd, post, batch_size, keep_going=False):
+        flat = list(itertools.chain.from_iterable(c for c in pending if _ran(c)))
         self._rows_cap = batch_size  # rows of a batch are padded to a power of two, up to this
         order = list(range(len(flat)))
         if all(self._sortable(c) for c in flat):  # largest first; stable: ties keep input order
@@ -167,7 +180,15 @@ class Pipeline:
                 outputs[i] = out
         at = 0
         for chunks in pending:
-            yield self.postprocess(outputs[at:at + len(chunks)], **post)
+            if not _ran(chunks):
+                yield chunks
+                continue
+            try:
+                yield self.postprocess(outputs[at:at + len(chunks)], **post)
+            except TransmuterError as e:
+                if not keep_going:
+                    raise
+                yield e
             at += len(chunks)
 
     def _groups(self, flat, order, batch_size):
@@ -257,6 +278,14 @@ def generation_options(generate_kwargs, max_new_tokens, options):
         raise PipelineError(f"{twice} given both as keywords and inside generate_kwargs: "
                             "give each once")
     return {**given, **options}
+
+
+ON_ERROR = ("raise", "return")
+
+
+def _ran(chunks):
+    """Whether an input's preprocessing gave chunks (else it gave its error: on_error="return")."""
+    return not isinstance(chunks, TransmuterError)
 
 
 def _positive_int(value, what):
