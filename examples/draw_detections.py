@@ -5,7 +5,8 @@
 
 Each photo is saved under --out with its boxes and labels drawn, and every detection is one
 line of --out/detections.jsonl ({"file", "score", "label", "box"}). Photos stream through the
-pipeline (a generator over the folder), with a progress bar.
+pipeline (a generator over the folder), with a progress bar; a photo that cannot be read (a
+corrupt or truncated file) is reported and skipped.
 """
 
 import argparse
@@ -49,13 +50,19 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     detect = transmuter.pipeline("object-detection", args.model, threshold=args.threshold)
-    results = detect((str(f) for f in files), batch_size=args.batch_size, progress=True)
+    results = detect((str(f) for f in files), batch_size=args.batch_size, progress=True,
+                     on_error="return")  # a corrupt photo gets its error, the others run on
+    skipped = 0
     with open(out / "detections.jsonl", "w", encoding="utf-8") as lines:
         for file, detections in zip(files, results):
+            if isinstance(detections, Exception):
+                print(f"skipped: {detections}")
+                skipped += 1
+                continue
             draw(Image.open(file), detections).save(out / f"{file.stem}.png")
             for d in detections:
                 lines.write(json.dumps({"file": str(file), **d}) + "\n")
-    print(f"{len(files)} photos -> {out}")
+    print(f"{len(files) - skipped} photos -> {out}" + (f" ({skipped} skipped)" if skipped else ""))
 
 
 if __name__ == "__main__":

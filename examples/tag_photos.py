@@ -6,7 +6,8 @@ classification) and the objects found in it (object detection), one JSON line pe
         --classifier Xenova/clip-vit-base-patch32 --detector Xenova/detr-resnet-50
 
 Photos stream through both pipelines (generators over the folder, --batch-size at a time) with a
-progress bar; each line is {"file", "tags": [{"label", "score"}, ...], "objects": {label: count}}.
+progress bar; each line is {"file", "tags": [{"label", "score"}, ...], "objects": {label: count}},
+or {"file", "error"} for a photo that cannot be read (a corrupt or truncated file).
 """
 
 import argparse
@@ -38,15 +39,22 @@ def main(argv=None):
     files = photos(args.folder)
     classify = transmuter.pipeline("zero-shot-image-classification", args.classifier)
     detect = transmuter.pipeline("object-detection", args.detector, threshold=args.threshold)
+    # on_error="return": a photo that cannot be read gets its error, the others run on
     tags = classify((str(f) for f in files), candidate_labels=args.tags,
-                    batch_size=args.batch_size, progress=True)
-    objects = detect((str(f) for f in files), batch_size=args.batch_size)
+                    batch_size=args.batch_size, progress=True, on_error="return")
+    objects = detect((str(f) for f in files), batch_size=args.batch_size, on_error="return")
+    failed = 0
     with open(args.out, "w", encoding="utf-8") as out:
         for file, ranked, found in zip(files, tags, objects):
-            counts = collections.Counter(d["label"] for d in found)
-            out.write(json.dumps({"file": str(file), "tags": ranked[:args.top],
-                                  "objects": dict(counts.most_common())}) + "\n")
-    print(f"{len(files)} photos tagged -> {args.out}")
+            if isinstance(ranked, Exception):
+                line, failed = {"file": str(file), "error": str(ranked)}, failed + 1
+            else:
+                counts = collections.Counter(d["label"] for d in found)
+                line = {"file": str(file), "tags": ranked[:args.top],
+                        "objects": dict(counts.most_common())}
+            out.write(json.dumps(line) + "\n")
+    print(f"{len(files) - failed} photos tagged -> {args.out}"
+          + (f" ({failed} could not be read)" if failed else ""))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def test_semantic_search_scores_are_sentence_transformers_cosines(source, docs, 
 
 def test_draw_detections(tmp_path):
     """Boxes drawn on copies of the photos; the detections are the pipeline's (themselves
-    checked against transformers in test_pipelines_vision.py)."""
+    checked against transformers in test_pipelines_vision.py); a corrupt photo is skipped."""
     import shutil
 
     from PIL import Image
@@ -105,6 +105,7 @@ def test_draw_detections(tmp_path):
     folder.mkdir()
     for name in ("image_0.png", "image_1.png"):
         shutil.copy(ROOT / "detr" / "references" / name, folder / name)
+    (folder / "broken.png").write_bytes((folder / "image_0.png").read_bytes()[:100])
     with pytest.MonkeyPatch.context() as patch:  # the real factory, not the text one above
         patch.setattr(transmuter, "pipeline", transmuter.pipelines.pipeline)
         example("draw_detections").main([str(folder), "--out", str(tmp_path / "out"),
@@ -116,6 +117,7 @@ def test_draw_detections(tmp_path):
         drawn = Image.open(tmp_path / "out" / f"{name}.png")
         photo = Image.open(folder / f"{name}.png").convert("RGB")
         assert drawn.size == photo.size and drawn.tobytes() != photo.tobytes()
+    assert not (tmp_path / "out" / "broken.png").exists()
 
 
 def test_vision_notebook_runs(tmp_path):
@@ -139,13 +141,15 @@ def test_vision_notebook_runs(tmp_path):
 
 def test_tag_photos(tmp_path):
     """Tags and object counts per photo; the tags are the CLIP fixture's recorded transformers
-    zero-shot scores, the counts its DETR fixture's recorded detections."""
+    zero-shot scores, the counts its DETR fixture's recorded detections; a corrupt photo's line
+    holds its error."""
     import shutil
 
     folder = tmp_path / "photos"
     folder.mkdir()
     for name in ("image_0.png", "image_1.png"):
         shutil.copy(ROOT / "clip" / "references" / name, folder / name)
+    (folder / "broken.png").write_bytes((folder / "image_0.png").read_bytes()[:100])
     zero_shot = json.loads((ROOT / "clip/references/pipeline_zero-shot-image-classification.json")
                            .read_text())
     detections = json.loads((ROOT / "detr/references/pipeline_object-detection.json").read_text())
@@ -157,7 +161,9 @@ def test_tag_photos(tmp_path):
         example("tag_photos").main([str(folder), "--tags", *labels, "--classifier",
                                     str(ROOT / "clip"), "--detector", str(ROOT / "detr"),
                                     "--threshold", "0.0", "--top", "2", "--out", str(out)])
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    broken, *rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert broken["file"].endswith("broken.png") and "broken.png" in broken["error"]
+    assert len(rows) == 2
     for row, tags, found in zip(rows, zero_shot["outputs"], detections["outputs"]):
         assert [t["label"] for t in row["tags"]] == [t["label"] for t in tags[:2]]
         assert all(abs(a["score"] - b["score"]) < TOL for a, b in zip(row["tags"], tags))
