@@ -7,7 +7,7 @@ Recordings stream through one speech-recognition pipeline (a generator over the 
 progress bar); each is cut into 30 s windows (--chunk-length) that share batches, and Whisper's
 segment timestamps (return_timestamps=True) become the subtitles: recording.wav gets
 recording.srt, one numbered cue per segment. A segment Whisper leaves open (no end timestamp)
-ends where the recording ends.
+ends where the recording ends. A file that cannot be decoded is reported and skipped.
 """
 
 import argparse
@@ -72,11 +72,18 @@ def main(argv=None):
     generate = {k: v for k, v in (("num_beams", args.num_beams),
                                   ("max_new_tokens", args.max_new_tokens)) if v is not None}
     results = asr((str(f) for f in files), return_timestamps=True, chunk_length_s=args.chunk_length,
-                  batch_size=args.batch_size, progress=True, generate_kwargs=generate)
+                  batch_size=args.batch_size, progress=True, generate_kwargs=generate,
+                  on_error="return")  # a file that cannot be decoded gets its error
+    skipped = 0
     for file, result in zip(files, results):
+        if isinstance(result, Exception):
+            print(f"skipped: {result}")
+            skipped += 1
+            continue
         srt = subrip(result.get("chunks") or [], lambda f=file: duration(f))
         file.with_suffix(".srt").write_text(srt, encoding="utf-8")
-    print(f"{len(files)} recordings transcribed -> .srt beside each")
+    print(f"{len(files) - skipped} recordings transcribed -> .srt beside each"
+          + (f" ({skipped} skipped)" if skipped else ""))
 
 
 if __name__ == "__main__":

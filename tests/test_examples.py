@@ -183,6 +183,7 @@ def test_transcribe_srt(tmp_path):
     (folder / "sub").mkdir(parents=True)
     shutil.copy(ROOT / "speech" / "cat_16k.wav", folder / "cat.wav")
     shutil.copy(ROOT / "speech" / "fox_16k.wav", folder / "sub" / "fox.wav")
+    (folder / "broken.wav").write_bytes(b"RIFF0000WAVEnot audio")  # reported and skipped
     made = []
 
     def pipeline(task, model, **options):  # the real factory; the pipeline kept to ask it again
@@ -214,6 +215,7 @@ def test_transcribe_srt(tmp_path):
             if end is None:  # an open segment ends with the recording
                 end = soundfile.info(str(wav)).duration
             assert abs(h * 3600 + m * 60 + s + ms / 1000 - end) <= 5e-4
+    assert not (folder / "broken.srt").exists()
 
 
 def test_transcribe_srt_cues():
