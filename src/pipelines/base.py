@@ -141,7 +141,7 @@ class Pipeline:
         window = batch_size
         pending, queued = [], 0
         for chunks in self._preprocessed(items, pre, batch_size, keep_going):
-            if not pending and _ran(chunks) and chunks and self._sortable(chunks[0]):
+            if not queued and _ran(chunks) and chunks and self._sortable(chunks[0]):
                 window = batch_size * lookahead
             pending.append(chunks)
             queued += len(chunks) if _ran(chunks) else 0
