@@ -201,8 +201,8 @@ def test_on_error_return_gives_each_failed_input_its_error(tmp_path):
             assert isinstance(pipe(bad[0], on_error="return"), TransmuterError)
         with pytest.raises(TransmuterError):
             pipe([good, bad[0]])
+    pipe = transmuter.pipeline("image-classification", ROOT / "vit")
     with pytest.raises(InputError, match="broken.png"):
-        pipe = transmuter.pipeline("image-classification", ROOT / "vit")
         pipe(str(broken))
     with pytest.raises(PipelineError, match="on_error must be 'raise' or 'return'"):
         pipe([str(broken)], on_error="skip")

@@ -96,14 +96,14 @@ class Pipeline:
         if on_error not in ON_ERROR:
             raise PipelineError(f"on_error must be 'raise' or 'return' (each failed input's "
                                 f"error in its result's place), got {on_error!r}")
-        params = (*params, on_error == "return")
+        keep_going = on_error == "return"
         if self._is_single(inputs):
-            return next(self._iterate([inputs], params, batch_size, False))
+            return next(self._iterate([inputs], params, batch_size, False, keep_going))
         if isinstance(inputs, (list, tuple)):
-            return list(self._iterate(inputs, params, batch_size, progress,
+            return list(self._iterate(inputs, params, batch_size, progress, keep_going,
                                       self.list_lookahead_batches))
         if hasattr(inputs, "__iter__") and not isinstance(inputs, (bytes, np.ndarray)):
-            return self._iterate(inputs, params, batch_size, progress)
+            return self._iterate(inputs, params, batch_size, progress, keep_going)
         raise PipelineError(f"{self.task} takes {self._input_kind()}, a list of them, or an "
                             f"iterable of them; got {type(inputs).__name__}: {inputs!r:.80}")
 
@@ -123,13 +123,13 @@ class Pipeline:
         parts = (self, getattr(self, "head", None), getattr(self, "speech", None))
         return any(getattr(p, "generator", None) is not None or hasattr(p, "step") for p in parts)
 
-    def _iterate(self, inputs, params, batch_size, progress, lookahead=None):
+    def _iterate(self, inputs, params, batch_size, progress, keep_going=False, lookahead=None):
         """Results in input order. Preprocess reads ahead ``lookahead`` (default
         ``lookahead_batches``) batches of chunks; those are run largest first, so each batch pads
         to sizes close to its own (as sentence-transformers' ``encode`` sorts its input), then
-        each input's result is yielded."""
+        each input's result (``keep_going``: or its error) is yielded."""
         lookahead = self.lookahead_batches if lookahead is None else lookahead
-        results = self._results(iter(inputs), *params, batch_size, lookahead)
+        results = self._results(iter(inputs), *params, keep_going, batch_size, lookahead)
         if progress:
             from tqdm.auto import tqdm
             total = len(inputs) if hasattr(inputs, "__len__") else None
@@ -167,7 +167,7 @@ class Pipeline:
             return map(chunks, items)
         return prefetch.ordered(chunks, items, ahead)
 
-    def _flush(self, pending, fwd, post, batch_size, keep_going=False):
+    def _flush(self, pending, fwd, post, batch_size, keep_going):
         flat = list(itertools.chain.from_iterable(c for c in pending if _ran(c)))
         self._rows_cap = batch_size  # rows of a batch are padded to a power of two, up to this
         order = list(range(len(flat)))

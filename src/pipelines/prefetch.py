@@ -5,6 +5,7 @@ raised at its turn, after the results of the inputs before it, as it would be wi
 
 import collections
 import concurrent.futures
+import itertools
 import os
 
 
@@ -16,11 +17,17 @@ def workers():
 def ordered(fn, items, ahead):
     """``fn(item)`` for each of ``items``, in order, computed by ``workers()`` threads at most
     ``ahead`` items before the one being returned. The items are read here, in the caller's
-    thread; closing the generator cancels what has not started."""
+    thread; closing the generator cancels what has not started. One item alone is computed here:
+    there is nothing to overlap, and a thread costs ~0.15 ms a call."""
+    items = iter(items)
+    head = list(itertools.islice(items, 2))
+    if len(head) < 2:
+        yield from map(fn, head)
+        return
     pool = concurrent.futures.ThreadPoolExecutor(workers(), "transmuter-preprocess")
     pending = collections.deque()
     try:
-        for item in items:
+        for item in itertools.chain(head, items):
             pending.append(pool.submit(fn, item))
             if len(pending) > ahead:
                 yield pending.popleft().result()
