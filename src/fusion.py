@@ -16,6 +16,10 @@ Past a few million scores (SigLIP at 512 px: 12 x 1024 x 1024, Whisper's encoder
 in cache (2 CPU cores, jaxlib 0.10: attention of SigLIP's shape alone 53-62 ms -> 21 ms; the
 whole 512-px SigLIP encoder 925 -> 792 ms). Each row of the chain's output
 depends only on that row of q and of the mask, so the blocks give the same numbers.
+Tried and not taken: each head alone, in blocks of up to 2^19 scores (nested scans, the mask
+shared by all heads). The product, softmax, product of SigLIP's shape alone went from 43.6 to
+24.6 ms (onnxruntime 22.2), but the whole SigLIP encoder (mask add and Casts in the chain) ran
+slower in three in-process A/Bs: 1,298 -> 1,445, 1,666 -> 1,784, 1,536 -> 1,717 ms.
 
 The chain's nodes stay as they are inside one node, and each block runs them as the runner would
 (each op's own function, attributes and opset version): nothing about an op is written again
