@@ -110,6 +110,31 @@ def test_speecht5_tokenizer_equals_transformers():
         assert tok.encode(text).ids == want, text
 
 
+def test_speecht5_numbers_equal_transformers(tmp_path):
+    """normalize=true in tokenizer_config.json: EnglishNumberNormalizer's text and the tokenizer's
+    ids, case by case; where the reference fails (ValueError, IndexError), a TokenizerError."""
+    from transmuter.pipelines.audio.speecht5 import SpeechT5Tokenizer
+    from transmuter.preprocess.speecht5_numbers import spell_numbers
+
+    ref = json.loads((ROOT / "speecht5/references/speecht5_numbers.json").read_text())
+    repo = tmp_path / "speecht5-normalize"
+    repo.mkdir()
+    shutil.copy(ROOT / "speecht5/spm_char.model", repo)
+    config = json.loads((ROOT / "speecht5/tokenizer_config.json").read_text())
+    (repo / "tokenizer_config.json").write_text(json.dumps({**config, "normalize": True}))
+    tok = SpeechT5Tokenizer.from_repo(hub.resolve(repo))
+    plain = SpeechT5Tokenizer.from_repo(hub.resolve(ROOT / "speecht5"))
+    for case in ref["cases"]:
+        text = case["text"]
+        if "error" in case:
+            with pytest.raises(TokenizerError, match="normalize=true"):
+                tok.encode(text)
+            continue
+        assert spell_numbers(text) == case["spelled"], text
+        assert tok.encode(text).ids == case["ids"], text
+        assert plain.encode(text).ids != case["ids"] or case["spelled"] == text, text
+
+
 # --- batches, inputs, options ----------------------------------------------------------------
 
 @pytest.mark.parametrize("fixture", FIXTURES)

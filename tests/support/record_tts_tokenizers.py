@@ -3,12 +3,13 @@ their rules. VITS: lower-casing outside vocabulary entries, characters not in th
 dropped (normalize) or unknown (no normalize), the blank between characters (add_blank), the
 special tokens split out of the text, Romanian's cedilla; on the fixture's vocabulary and on a
 cased one with punctuation and digits (MMS-TTS vocabularies hold those). SpeechT5: sentencepiece
-characters, special tokens in the text, eos appended.
+characters, special tokens in the text, eos appended; with normalize=true, numbers spelled out first.
 
     /root/.cache/transmuter-tests/venv-export/bin/python tests/support/record_tts_tokenizers.py
 
 Writes tests/fixtures/vits/references/vits_tokenizer_ids.json and
-tests/fixtures/speecht5/references/speecht5_tokenizer_ids.json (transformers 4.57.6).
+tests/fixtures/speecht5/references/speecht5_tokenizer_ids.json and speecht5_numbers.json
+(transformers 4.57.6).
 """
 
 import json
@@ -23,6 +24,16 @@ VITS_TEXTS = ["hello world", "Hello, World!", "THE CAT SAT.", "café 42", "  spa
               "Ştiinţă și țară", "Don't STOP - 3 cats, 12 dogs.", "!!!", "ABC abc", "q"]
 SPEECHT5_TEXTS = ["hello world", "Hello, World!", "the cat sat on the mat", "  two  spaces ",
                   "café 42", "end </s> special", "<s>start", "unknown ü char", "a"]
+# normalize=true: EnglishNumberNormalizer's rules and quirks (a lone 0 vanishes, cents digit by
+# digit, numbers glued to letters left alone, commas inside numbers dropped), every currency
+# symbol, and the two inputs it fails on (two symbols; a number past the decillions).
+SPEECHT5_NUMBERS = [
+    "I have 3 cats and 12 dogs.", "10 110 111 1,000,000 1,234,567", "It costs $5.50 today.",
+    "-$3 and -7 and -0", "50% of 12.5% is 6.25%", "pi is 3.14159", "the 2nd and 3rd", "0 007 0.5",
+    "$0.99", "€3.5 £10 ¢99 ¥1000 ₹2,500 ₽7 ฿8 ₺9 ₴10 ₣11 ₡12 ₱13 ₪14 ₮15 ₩16 ₦17 ₫18 ﷼19",
+    "1e5 a1 1a 12:30 1/2 1-2 (42) \"7\"", "5.00 5.0 5. .5", "100000000000000000000000000000000000",
+    "0000000000000000000000000000000000000001", "٣ apples", "twenty 20 </s> 30",
+    "$€5", "1" + "0" * 36]
 
 # A cased vocabulary with punctuation, digits, Romanian letters and one multi-character entry.
 CASED = ["_", " ", *"abcdefghijklmnopqrstuvwxyz", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"0123456789",
@@ -70,6 +81,23 @@ def record_speecht5():
             "texts": SPEECHT5_TEXTS, "ids": [tok(t)["input_ids"] for t in SPEECHT5_TEXTS]}
 
 
+def record_speecht5_numbers():
+    from transformers.models.speecht5.number_normalizer import EnglishNumberNormalizer
+
+    normalizer = EnglishNumberNormalizer()
+    tok = transformers.SpeechT5Tokenizer.from_pretrained(FIXTURES / "speecht5", normalize=True)
+    cases = []
+    for text in SPEECHT5_NUMBERS:
+        try:
+            cases.append({"text": text, "spelled": normalizer(text),
+                          "ids": tok(text)["input_ids"]})
+        except (ValueError, IndexError) as e:  # the reference's own failures
+            cases.append({"text": text, "error": type(e).__name__})
+    return {"how_made": "EnglishNumberNormalizer()(text) and SpeechT5Tokenizer.from_pretrained("
+                        "fixture, normalize=True)(text)['input_ids'], transformers "
+                        + transformers.__version__, "cases": cases}
+
+
 def write(path, data):
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
@@ -78,3 +106,5 @@ if __name__ == "__main__":
     write(FIXTURES / "vits" / "references" / "vits_tokenizer_ids.json", record_vits())
     write(FIXTURES / "speecht5" / "references" / "speecht5_tokenizer_ids.json",
           record_speecht5())
+    write(FIXTURES / "speecht5" / "references" / "speecht5_numbers.json",
+          record_speecht5_numbers())

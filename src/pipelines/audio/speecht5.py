@@ -22,6 +22,7 @@ import numpy as np
 
 from ...compiled import CompiledFunction
 from ...errors import InputError
+from ...preprocess.speecht5_numbers import spell_numbers
 from ...preprocess.tokenizer import (TokenizerError, _check_text, _content, _Encoding,
                                     max_length, repo_config)
 from ..base import PipelineError
@@ -34,7 +35,8 @@ _PAST = "past_key_values."
 
 class SpeechT5Tokenizer:
     """transformers' (slow) ``SpeechT5Tokenizer``: spm_char.model's pieces (character level),
-    special tokens in the text kept whole, eos appended. transformers has no fast SpeechT5
+    special tokens in the text kept whole, eos appended; numbers spelled out first where the
+    config says normalize=true (speecht5_numbers.py). transformers has no fast SpeechT5
     tokenizer, so this is what its pipeline uses even where a tokenizer.json exists."""
 
     def __init__(self, spm_file, config=None):
@@ -44,10 +46,7 @@ class SpeechT5Tokenizer:
             raise TokenizerError("SpeechT5's tokenizer is sentencepiece (spm_char.model): pip "
                                  "install sentencepiece") from e
         self.config = dict(config or {})
-        if self.config.get("normalize"):
-            raise TokenizerError("This SpeechT5 tokenizer spells numbers out first "
-                                 "(tokenizer_config.json: normalize=true, transformers' "
-                                 "EnglishNumberNormalizer), which Transmuter does not do")
+        self.normalize = bool(self.config.get("normalize"))
         self.sp = sentencepiece.SentencePieceProcessor(model_file=spm_file)
         for name, default in (("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>"),
                               ("pad", "<pad>")):
@@ -68,6 +67,8 @@ class SpeechT5Tokenizer:
 
     def encode(self, text, **_):
         _check_text(text, "text")
+        if self.normalize:
+            text = spell_numbers(text)
         tokens = []
         for piece in self._split(text):
             tokens += [piece] if piece in self.special_tokens else \
