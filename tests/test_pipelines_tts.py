@@ -242,12 +242,25 @@ def _variant(tmp_path, **tokenizer_config):
     return folder
 
 
-def test_uroman_model_asks_for_romanized_text(tmp_path):
+def test_uroman_model_romanizes_its_text(tmp_path, monkeypatch):
+    """is_uroman: non-Latin text is read as uroman romanizes it (the ids themselves are
+    compared with transformers' in test_vits_tokenizer_equals_transformers); without the
+    package, a clear error where transformers reads the text unromanized."""
+    from transmuter.preprocess import vits_tokenizer
+
     p = transmuter.pipeline("text-to-speech", _variant(tmp_path, is_uroman=True), backend=FAST)
-    with pytest.raises(InputError, match="Romanize it with uroman"):
-        p("привет мир")
     (case, want), = [(c, a) for c, a in cases("vits") if c["name"] == "hello"]
     assert_audio(p(case["text"])["audio"], want, "romanized text")  # Latin text reads as is
+    np.testing.assert_array_equal(p("привет мир", seed=0)["audio"],
+                                  p("privet mir", seed=0)["audio"])
+
+    def missing():
+        raise ImportError("No module named 'uroman'")
+
+    monkeypatch.setattr(vits_tokenizer, "_uroman", missing)
+    with pytest.raises(InputError, match="pip install uroman"):
+        p("привет мир")
+    assert_audio(p(case["text"])["audio"], want, "romanized text")
 
 
 def test_phonemizing_model_is_refused(tmp_path):

@@ -11,11 +11,13 @@ English vocabulary) before the ends are stripped; without it they become ``unk``
 tokens (pad, unk) in the text are kept whole; every other piece is split into characters with
 id 0 (the blank) between and around them when ``add_blank``.
 
-Models that read phonemes (``phonemize``: phonemizer + espeak) or romanized text (``is_uroman``,
-non-Latin MMS-TTS languages) are refused with what to do, where transformers would call those
-packages (or only warn, for uroman, and then read the unromanized text).
+Models that read romanized text (``is_uroman``, non-Latin MMS-TTS languages) get it from the
+``uroman`` package, as in transformers; without it such a text is refused with what to do (where
+transformers only warns and reads the unromanized text). Models that read phonemes
+(``phonemize``: phonemizer + espeak) are refused with what to do.
 """
 
+import functools
 import json
 import re
 
@@ -24,6 +26,27 @@ from .tokenizer import (Tokenizer, TokenizerError, _check_text, _content, _Encod
                         max_length, repo_config)
 
 _NON_ASCII = re.compile(r"[^\x00-\x7F]")
+
+
+def _romanized(text):
+    """``text`` in Latin letters, as transformers romanizes it for is_uroman models:
+    uroman's ``romanize_string``. Without the package transformers only warns and reads the
+    text unromanized (its letters then dropped as outside the vocabulary): refused here."""
+    try:
+        romanizer = _uroman()
+    except ImportError:
+        raise InputError(
+            "This MMS-TTS model reads romanized text (tokenizer_config.json: is_uroman=true) "
+            f"and the text has non-Latin characters: {text!r:.60}. pip install uroman, which "
+            "romanizes it as transformers does, or romanize it yourself first") from None
+    return romanizer.romanize_string(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _uroman():
+    import uroman
+
+    return uroman.Uroman()  # once per process: it loads its tables (seconds)
 
 
 class VitsTokenizer:
@@ -101,11 +124,7 @@ class VitsTokenizer:
         if self.language == "ron":
             text = text.replace("ț", "ţ")
         if self.is_uroman and _NON_ASCII.search(text):
-            raise InputError(
-                "This MMS-TTS model reads romanized text (tokenizer_config.json: is_uroman=true) "
-                f"and the text has non-Latin characters: {text!r:.60}. Romanize it with uroman "
-                "first (pip install uroman; uroman.Uroman().romanize_string(text)), as "
-                "transformers asks")
+            text = _romanized(text)
         if self.normalize:
             text = "".join(c for c in text if c in self.vocab).strip()
         return text

@@ -1,9 +1,10 @@
 """Records transformers' (slow) VitsTokenizer and SpeechT5Tokenizer ids for texts that exercise
 their rules. VITS: lower-casing outside vocabulary entries, characters not in the vocabulary
 dropped (normalize) or unknown (no normalize), the blank between characters (add_blank), the
-special tokens split out of the text, Romanian's cedilla; on the fixture's vocabulary and on a
-cased one with punctuation and digits (MMS-TTS vocabularies hold those). SpeechT5: sentencepiece
-characters, special tokens in the text, eos appended; with normalize=true, numbers spelled out first.
+special tokens split out of the text, Romanian's cedilla, non-Latin text romanized by uroman
+(is_uroman); on the fixture's vocabulary and on a cased one with punctuation and digits (MMS-TTS
+vocabularies hold those). SpeechT5: sentencepiece characters, special tokens in the text, eos
+appended; with normalize=true, numbers spelled out first.
 
     /root/.cache/transmuter-tests/venv-export/bin/python tests/support/record_tts_tokenizers.py
 
@@ -21,7 +22,10 @@ import transformers
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 VITS_TEXTS = ["hello world", "Hello, World!", "THE CAT SAT.", "café 42", "  spaces  around  ",
               "it's", "a_b", "x<unk>y", "<unk>", "tab\tnew\nline", "ünïcödé", "İstanbul",
-              "Ştiinţă și țară", "Don't STOP - 3 cats, 12 dogs.", "!!!", "ABC abc", "q"]
+              "Ştiinţă și țară", "Don't STOP - 3 cats, 12 dogs.", "!!!", "ABC abc", "q",
+              # non-Latin scripts: is_uroman romanizes them (uroman), others drop or unk them
+              "Привет, мир!", "안녕하세요", "こんにちは世界", "مرحبا بالعالم", "नमस्ते दुनिया",
+              "Γειά σου Κόσμε", "北京欢迎你", "mixed Привет and HELLO"]
 SPEECHT5_TEXTS = ["hello world", "Hello, World!", "the cat sat on the mat", "  two  spaces ",
                   "café 42", "end </s> special", "<s>start", "unknown ü char", "a"]
 # normalize=true: EnglishNumberNormalizer's rules and quirks (a lone 0 vanishes, cents digit by
@@ -44,6 +48,8 @@ VITS_SETTINGS = {  # name -> (vocabulary, tokenizer options)
     "no_normalize": (None, {"normalize": False}),
     "cased": (CASED, {}),
     "cased_ron": (CASED, {"language": "ron"}),
+    "uroman": (None, {"is_uroman": True}),
+    "uroman_cased": (CASED, {"is_uroman": True}),
 }
 
 
@@ -64,6 +70,8 @@ def vits_tokenizers(tmp):
 
 
 def record_vits():
+    # transformers romanizes is_uroman text only where uroman imports (else it warns and goes on)
+    import uroman  # noqa: F401
     with tempfile.TemporaryDirectory() as tmp:
         tokenizers, cases = {}, []
         for name, vocab, config, tok in vits_tokenizers(pathlib.Path(tmp)):
