@@ -18,7 +18,7 @@ _TEENS = ["", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", 
 _TENS = ["", "ten", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 _THOUSANDS = ["", "thousand", "million", "billion", "trillion", "quadrillion", "quintillion",
               "sextillion", "septillion", "octillion", "nonillion", "decillion"]
-# In the reference's order: the first symbol a number starts with names its currency.
+# In the reference's order (the first one a number starts with names its currency).
 _CURRENCIES = {"$": " dollars", "€": " euros", "£": " pounds", "¢": " cents",
                "¥": " japanese yen", "﷼": " saudi riyal", "₹": " indian rupees",
                "₽": " russian rubles", "฿": " thai baht", "₺": " turkish liras",
@@ -56,17 +56,11 @@ def _below_thousand(num):
 def _spell(number):
     integer, _, decimals = number.partition(".")
     decimals = decimals or "00"
-    currency = ""
-    for symbol, name in _CURRENCIES.items():
-        if integer.startswith(symbol):
-            currency, integer = name, integer[len(symbol):]
-            break
-        if integer.startswith("-" + symbol):
-            currency, integer = name, "-" + integer[len(symbol) + 1:]
-            break
     minus = ""
-    if integer.startswith("-"):
+    if integer.startswith("-"):  # the pattern puts a sign before any currency symbol
         minus, integer = "minus ", integer[1:]
+    symbol = next((s for s in _CURRENCIES if integer.startswith(s)), "")
+    currency, integer = _CURRENCIES.get(symbol, ""), integer[len(symbol):]
     percent = ""
     if "%" in integer or "%" in decimals:
         percent = " percent"
