@@ -14,10 +14,12 @@ gpt2 greedy and beams on MLX too.
 import json
 import os
 
+import numpy as np
 import pytest
 
 import transmuter
 from transmuter.generation import GenerationConfig, Generator
+from transmuter.generation.beam import _topk
 from transmuter.pipelines.base import PipelineError
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
@@ -95,6 +97,35 @@ def test_growing_cache_groups_rows_by_prompt_length():
     config = GenerationConfig.from_dicts({}, pipe("gpt2").config, **greedy[0]["kwargs"])
     got = generator("gpt2", "grow").generate([c["prompt_ids"] for c in greedy], config)
     assert [[g] for g in got] == [c["sequences"] for c in greedy]
+
+
+def test_growing_cache_pads_whole_beams():
+    # 3 inputs x 3 beams: one group of 9 rows, padded to 4 inputs' 12 (copies of the first
+    # row), never to 16 rows; reordering beams must skip the copies. Each equals transformers
+    case = next(c for c in cases("gpt2") if c["kwargs"].get("num_beams", 1) > 1)
+    gen = generator("gpt2", "grow")
+    config = GenerationConfig.from_dicts(pipe("gpt2").generation_file, pipe("gpt2").config,
+                                         **case["kwargs"])
+    assert gen.beam_search([case["prompt_ids"]] * 3, config)[0] == [case["sequences"]] * 3
+    with gen.model.backend.scope():
+        stepper = gen.stepper([case["prompt_ids"]] * 9, 4, unit=3)
+        stepper.start()
+    assert {v.shape[0] for v in stepper.caches[0].values()} == {12}
+
+
+def test_topk_is_the_stable_sorts_first_k():
+    # the beam's top-k takes a partition past 16 k columns; the stable sort it replaces (whose
+    # order the transformers references above fix) is the reference: ties lower index first,
+    # -inf, NaN (sorted last) and every tie count at the k-th value
+    rng = np.random.default_rng(0)
+    for trial in range(600):
+        n, k = int(rng.integers(1, 2000)), int(rng.integers(1, 12))
+        k = min(k, n)
+        x = [rng.standard_normal((3, n)), rng.integers(0, 4, (3, n)),
+             np.where(rng.random((3, n)) < 0.9, -np.inf, rng.integers(0, 3, (3, n))),
+             np.where(rng.random((3, n)) < 0.01, np.nan, rng.standard_normal((3, n)))][trial % 4]
+        x = x.astype(np.float32)
+        assert _topk(x, k).tolist() == np.argsort(-x, -1, kind="stable")[:, :k].tolist()
 
 
 def test_beam_pipeline_outputs_and_errors():

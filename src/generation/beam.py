@@ -20,9 +20,22 @@ _MASK = np.float32(-1.0e9)
 
 
 def _topk(x, k):
-    """Indices of the k largest along the last axis, largest first (ties: lower index first,
-    as torch.topk on CPU gives for these sizes)."""
-    return np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    """Indices of the k largest along the last axis of [B, N] ``x``, largest first (ties: lower
+    index first, as torch.topk on CPU gives for these sizes): a stable sort's first k. A full sort
+    of Whisper's 5 beams x 51,865 scores took 8.8 ms a step, more than the decoder step itself; a
+    partition finds the k-th largest value, and only the k kept are sorted."""
+    if 16 * k >= x.shape[-1] or np.isnan(x).any():  # small, or NaNs (a sort puts them last)
+        return np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    n = x.shape[-1]
+    kth = np.partition(x, n - k, axis=-1)[:, -k:].min(axis=-1, keepdims=True)
+    kept = x >= kth
+    extra = kept.sum(axis=-1) - k
+    for b in np.nonzero(extra)[0]:  # the k-th value's ties past the k: the highest indices go
+        ties = np.flatnonzero(x[b] == kth[b])
+        kept[b, ties[len(ties) - extra[b]:]] = False
+    idx = (np.flatnonzero(kept) % n).reshape(len(x), k)
+    order = np.argsort(-np.take_along_axis(x, idx, axis=-1), axis=-1, kind="stable")
+    return np.take_along_axis(idx, order, axis=-1)
 
 
 def _take(x, idx):

@@ -85,10 +85,11 @@ class Generator:
                              f"tokens exceeds the model's context of {self.context} positions")
         return n, budget
 
-    def stepper(self, prompts, budget, extra=None, width=0):
-        """The cache of one generation; ``width``: the fixed caches' least prompt width."""
+    def stepper(self, prompts, budget, extra=None, width=0, unit=1):
+        """The cache of one generation; ``width``: the fixed caches' least prompt width;
+        ``unit``: the rows that come together (a growing cache pads whole units)."""
         if self.layout.mode == "grow":
-            return GrowingCache(self, prompts, extra)
+            return GrowingCache(self, prompts, extra, unit)
         return FixedCache(self, prompts, budget, width)
 
     def generate(self, prompts, config, decode=None, on_step=None, extra=None, processors=(),
@@ -149,7 +150,7 @@ class Generator:
         extra = {key: np.repeat(np.asarray(v), k, axis=0) for key, v in (extra or {}).items()}
         state = _state(rows, np.repeat(n, k), np.repeat(budget, k))
         with self.model.backend.scope():
-            stepper = self.stepper(rows, int(budget.max()), extra)
+            stepper = self.stepper(rows, int(budget.max()), extra, unit=k)
             logits = stepper.start()
             out = beam.run(stepper, state, [*build_processors(config), *processors], logits)
         self.stats = Stats(beam.steps, stepper.prompt_padding()[::k], beam.lengths)
