@@ -20,6 +20,7 @@ import pytest
 import transmuter
 from transmuter.generation import GenerationConfig, Generator
 from transmuter.generation.beam import _topk
+from transmuter.pipelines import buckets
 from transmuter.pipelines.base import PipelineError
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
@@ -141,20 +142,23 @@ def test_beam_pipeline_outputs_and_errors():
 
 
 def test_token_summary():
-    # counts by hand: no eos in 8 greedy tokens (see the reference); a prompt alone runs in
-    # chunks with no padding, a shorter row beside a longer one is padded to its length; with an
-    # eos, beams that end early count fewer output tokens
+    # counts by hand: no eos in 8 greedy tokens (see the reference); a prompt runs in chunks
+    # whose last may be padded (buckets.prompt_chunks), a shorter row beside a longer one is
+    # padded to the longer one's chunks; with an eos, beams that end early count fewer outputs
     p = pipe("gpt2")
     greedy = next(c for c in cases("gpt2") if "num_beams" not in c["kwargs"])
     n = len(greedy["prompt_ids"])
+    width = lambda k: sum(buckets.prompt_chunks(k))  # noqa: E731
     out = p(greedy["prompt"], token_summary=True, **greedy["kwargs"])[0]["token_summary"]
-    assert out == {"input": n, "output": 8, "padding": 0}
+    assert out == {"input": n, "output": 8, "padding": width(n) - n}
     both = p([greedy["prompt"], "word " * 20], token_summary=True, batch_size=2,
              **greedy["kwargs"])
     m = len(p.tokenizer.encode("word " * 20).ids)
-    assert both[0][0]["token_summary"] == {"input": n, "output": 8, "padding": m - n}
+    assert width(m) > m > n  # both rows are padded
+    assert both[0][0]["token_summary"] == {"input": n, "output": 8, "padding": width(m) - n}
     second = both[1][0]["token_summary"]  # idle steps after an early eos count as padding
-    assert second["input"] == m and second["padding"] == 8 - second["output"]
+    assert second["input"] == m
+    assert second["padding"] == width(m) - m + 8 - second["output"]
     case = next(c for c in cases("gpt2") if "eos_token_id" in c["kwargs"]
                 and c["prompt"] == greedy["prompt"])
     eos = case["kwargs"]["eos_token_id"]
@@ -176,10 +180,12 @@ def test_mlx_greedy_and_beam():
 
 
 def test_prompt_chunks_equal_the_whole_prompt():
-    # a 100-token prompt runs as 64 + 32 + 4 chunks into the buffer (concat mode); the growing
-    # cache runs it whole: both were checked against transformers above, here on a long prompt
-    # with rows of two lengths (100 and 37 = 32 + 4 + 1 chunks of the same shapes)
-    prompts = [[(7 * i) % 500 + 3 for i in range(100)], [(11 * i) % 500 + 3 for i in range(37)]]
+    # prompts run in chunks into the buffer (concat mode; 75 tokens as 64 + a padded 12, 100 as
+    # one padded 128, 37 as one padded 48); the growing cache runs them whole: both were
+    # checked against transformers above, here on long prompts with rows of two lengths
     config = GenerationConfig.from_dicts({}, pipe("gpt2").config, max_new_tokens=4)
-    chunked = generator("gpt2", None).generate(prompts, config)
-    assert chunked == generator("gpt2", "grow").generate(prompts, config)
+    assert buckets.prompt_chunks(75) == [64, 12]
+    for lengths in [(100, 37), (75, 37)]:
+        prompts = [[(k * i) % 500 + 3 for i in range(n)] for k, n in zip((7, 11), lengths)]
+        assert generator("gpt2", None).generate(prompts, config) == \
+            generator("gpt2", "grow").generate(prompts, config)

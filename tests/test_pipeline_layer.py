@@ -74,6 +74,15 @@ def test_seq2seq_generator_dies_with_the_pipeline():
 def test_one_padding_policy():
     assert [buckets.next_pow2(n) for n in (0, 1, 2, 3, 5, 64, 65)] == [1, 1, 2, 4, 8, 64, 128]
     assert buckets.pow2_chunks(100) == [64, 32, 4]
+    # a prompt's chunks: powers of two, the last padded up where that costs less than more calls
+    # (a call costs PROMPT_CALL_ROWS rows), so never more than cutting it into powers of two
+    assert [buckets.prompt_chunks(n) for n in (1, 3, 37, 81, 129, 520, 1000)] == \
+        [[1], [3], [48], [96], [128, 1], [512, 8], [1024]]
+    cost = lambda plan: len(plan) * buckets.PROMPT_CALL_ROWS + sum(plan)  # noqa: E731
+    for n in range(1, 3000):
+        plan = buckets.prompt_chunks(n)
+        assert plan[:-1] == buckets.pow2_chunks(sum(plan[:-1])) and sum(plan[:-1]) < n
+        assert n <= sum(plan) <= 1.5 * n and cost(plan) <= cost(buckets.pow2_chunks(n))
     assert buckets.pow2(5, 8) == 8 and buckets.pow2(5, 6) == 6 and buckets.pow2(9, 4) == 9
     assert buckets.pow2(3, 512, least=32) == 32
     assert buckets.length(20, (32, 128)) == 32 and buckets.length(200, (32, 128)) == 200

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import transmuter
-from transmuter.pipelines import PipelineError
+from transmuter.pipelines import PipelineError, buckets
 
 from .fixtures import ROOT, pipeline_reference
 
@@ -256,7 +256,7 @@ def test_batch_of_chats_equals_transformers_batch(fx):
 def test_token_summary_counts_a_batch(fx):
     """Two chats in one generate: input is each prompt's tokens (its image tokens included),
     output its new tokens (the recorded ones), padding what the batch ran for it beyond them:
-    the shorter prompt's padding to the longer, then the steps after it stopped."""
+    both prompts' padding to the longer one's chunks, then the steps after it stopped."""
     batch = fx.reference()["batch"]
     chosen = [fx.case(n) for n in batch["names"]]
     budget = batch["call_kwargs"]["max_new_tokens"]
@@ -264,9 +264,9 @@ def test_token_summary_counts_a_batch(fx):
     outs = fx.pipe("mlx")(text=[copy.deepcopy(c["text"]) for c in chosen],
                           images=[fx.paths(c["images"]) for c in chosen], token_summary=True,
                           **batch["call_kwargs"])
+    width = sum(buckets.prompt_chunks(max(prompts)))  # the longer prompt's padded chunks
     for out, n in zip(outs, prompts):
-        assert out[0]["token_summary"] == {"input": n, "output": budget,
-                                           "padding": max(prompts) - n}
+        assert out[0]["token_summary"] == {"input": n, "output": budget, "padding": width - n}
     with pytest.raises(PipelineError, match="drop token_summary"):
         fx.pipe("mlx")(text=chosen[0]["text"], images=fx.paths(chosen[0]["images"]),
                        stream=True, token_summary=True)

@@ -53,8 +53,8 @@ class Rows(_Stepper):
         prompts += [prompts[0]] * (next_pow2(len(prompts)) - len(prompts))
         budget = max(r.budget for r in requests)
         # prompts padded to a power of two (masked, as GroupQueryAttention's are): concat graphs
-        # would run each group's longest as its own chunks (37: 32 + 4 + 1), and groups of
-        # other rows and lengths as ever new shapes
+        # would run each group's longest in its own chunks (buckets.prompt_chunks: 37 as 48,
+        # 129 as 128 + 1), and groups of other rows and lengths as ever new shapes
         width = next_pow2(max(len(p) for p in prompts))
         stepper = FixedCache(self.gen, prompts, budget, width)  # sized as the pipeline sizes it
         if stepper.capacity > self.capacity:

@@ -19,7 +19,7 @@ on all three). A generated token's position continues from the row's largest pro
 import numpy as np
 
 from ..errors import InputError
-from ..pipelines.buckets import next_pow2, pow2_chunks
+from ..pipelines.buckets import next_pow2, prompt_chunks
 
 # Cache buffers are at least this long, so short prompts of any length share one decode shape.
 MIN_CAPACITY = 64
@@ -54,11 +54,14 @@ class _Stepper:
     def _reorder(self, caches, rows):
         return self.gen.take(caches, self._device(rows)) if caches else caches
 
-    def _prompt_positions(self, width):
+    def _prompt_positions(self, width, longest):
         """[R, B, width] positions of the prompts' tokens (R = 1, or 3 for M-RoPE) and each
-        row's next position (its largest + 1) [B]."""
+        row's next position (its largest + 1) [B]. Padding past the ``longest`` prompt stays at
+        its last position: a chunk padded past the model's context would index position tables
+        out of range (its rows are masked, but a NaN there would reach every row as 0 x NaN)."""
         rank, rows = self.layout.position_rank, len(self.prompts)
-        positions = np.broadcast_to(np.arange(width), (1 if rank == 2 else 3, rows, width)).copy()
+        positions = np.broadcast_to(np.minimum(np.arange(width), longest - 1),
+                                    (1 if rank == 2 else 3, rows, width)).copy()
         given = getattr(self.gen, "row_positions", None)
         for b, row in enumerate(given or ()):
             if row is not None:
@@ -77,8 +80,9 @@ class _Stepper:
 class FixedCache(_Stepper):
     """``inplace`` and ``concat`` modes (cache.py): one buffer of ``capacity`` rows per layer.
 
-    concat: the prompt runs in power-of-two chunks (a 100-token prompt as 64 + 32 + 4), each
-    written into the buffer after the last, so a few chunk shapes cover every prompt length.
+    concat: the prompt runs in chunks (buckets.prompt_chunks: powers of two, the last padded up
+    where a call costs more than its padding; 81 tokens as one 96, 520 as 512 + 8), each written
+    into the buffer after the last, so a few chunk shapes cover every prompt length.
     inplace: the op takes its first prompt whole, right-padded to a power of two. Every decode
     step shares one compiled shape. ``width``: pad the prompts to at least this many positions
     (a scorer's prompts of 200-256 tokens then share one prompt shape)."""
@@ -89,12 +93,13 @@ class FixedCache(_Stepper):
         self.n = np.array([len(p) for p in prompts], np.int64)
         self.chunked = self.layout.mode == "concat"
         longest = max(int(self.n.max()), int(width))
-        self.width = longest if self.chunked else next_pow2(longest)
+        self.chunks = prompt_chunks(longest) if self.chunked else [next_pow2(longest)]
+        self.width = sum(self.chunks)
         self.capacity = cache_capacity(self.width + int(budget))
         self.caches = {k: gen.model.backend.asarray(v) for k, v in
                        self.layout.empty(len(prompts), self.capacity, gen.model_config).items()}
         self.mask, self.steps = None, 0
-        self.positions, self.after = self._prompt_positions(self.width)
+        self.positions, self.after = self._prompt_positions(self.width, longest)
 
     def prompt_padding(self):
         return self.width - self.n
@@ -115,7 +120,7 @@ class FixedCache(_Stepper):
             return np.asarray(out[self.layout.logits])[np.arange(rows), self.n - 1]
         self.mask = np.zeros((rows, self.capacity), np.int64)
         logits, at = None, 0
-        for size in pow2_chunks(width):
+        for size in self.chunks:
             part = slice(at, at + size)
             # the buffer's free rows are masked; causality inside the chunk is the graph's own
             feed = {"input_ids": input_ids[:, part],
