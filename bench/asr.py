@@ -4,7 +4,7 @@ bench/_asr_models.py (random weights, the real tokenizer and processor files).
 
     python bench/asr.py [--models whisper-tiny,whisper-base] [--batch 1,4] [--tokens 64]
                         [--repeat 2] [--base-repeat 1] [--backend jax|mlx] [--no-torch]
-                        [--profile] [--jax-cache DIR]
+                        [--beams 1] [--profile] [--jax-cache DIR]
 
 A pass at batch B transcribes B recordings of 60 s (slices of tests/fixtures/speech/long.flac,
 given as ``{"raw": samples, "sampling_rate": 16000}``) with ``chunk_length_s=30`` (the default
@@ -16,6 +16,9 @@ Transmuter's: above 1 means Transmuter is faster).
 Every system decodes greedily (num_beams=1), language en, task transcribe, no timestamps, and
 exactly --tokens tokens per window: a random model would stop anywhere, so eos is held off
 (``min_new_tokens = max_new_tokens``) and every system runs the same number of decoder steps.
+``--beams 5`` measures the pipelines' default instead (transformers' ASR pipeline and ours both
+default to ``num_beams=5``): Transmuter against transformers only, the onnxruntime loop being
+greedy.
 
 - Transmuter: ``transmuter.pipeline("automatic-speech-recognition", folder, variant="fp32")``,
   called with ``batch_size=B, chunk_length_s=30, generate_kwargs={language, task, num_beams,
@@ -73,8 +76,8 @@ STRIDE_S = CHUNK_S / 6  # the pipelines' default stride_length_s
 TASK = "automatic-speech-recognition"
 
 
-def generate_kwargs(tokens):
-    return {"language": "en", "task": "transcribe", "num_beams": 1, "do_sample": False,
+def generate_kwargs(tokens, beams=1):
+    return {"language": "en", "task": "transcribe", "num_beams": beams, "do_sample": False,
             "max_new_tokens": tokens, "min_new_tokens": tokens}
 
 
@@ -192,10 +195,10 @@ class OrtPeer:
 class TorchPeer:
     """transformers' pipeline in the export environment; ``peer(batch, starts)`` times a pass."""
 
-    def __init__(self, folder, tokens):
+    def __init__(self, folder, tokens, beams):
         self.log = tempfile.TemporaryFile("w+")
         spec = {"rate": RATE, "chunk": CHUNK_S,
-                "generate": generate_kwargs(tokens)}
+                "generate": generate_kwargs(tokens, beams)}
         self.proc = subprocess.Popen(
             [EXPORT_PYTHON, "-c", TORCH, str(folder), str(SPEECH), json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
@@ -238,27 +241,30 @@ def bench_model(name, args):
     start = time.perf_counter()
     pipe = transmuter.pipeline(TASK, folder, backend=args.backend, variant="fp32")
     load = time.perf_counter() - start
-    ort_peer = OrtPeer(folder, args.tokens)
-    torch_peer = None if args.no_torch else TorchPeer(folder, args.tokens)
-    kw = {"chunk_length_s": CHUNK_S, "generate_kwargs": generate_kwargs(args.tokens)}
+    ort_peer = OrtPeer(folder, args.tokens) if args.beams == 1 else None  # a greedy loop
+    torch_peer = None if args.no_torch else TorchPeer(folder, args.tokens, args.beams)
+    kw = {"chunk_length_s": CHUNK_S, "generate_kwargs": generate_kwargs(args.tokens, args.beams)}
     try:
         for batch in args.batches:
             audio = recordings(batch)
             ours = stopwatch(lambda: [r["text"] for r in pipe(inputs(audio), batch_size=batch,
                                                               **kw)])
-            peers = {"transmuter": ours, "ort": stopwatch(lambda: ort_peer(audio, batch))}
+            peers = {"transmuter": ours}
+            if ort_peer:
+                peers["ort"] = stopwatch(lambda: ort_peer(audio, batch))
             if torch_peer:
                 peers["torch"] = lambda: torch_peer(batch, offsets(batch))
             counts = compiles(pipe)
             first = ours()[1]  # compiles every shape the timed passes meet
             counts = {k: v - counts[k] for k, v in compiles(pipe).items()}
-            ort_peer([audio[0][:CHUNK_S * RATE]], 1)  # warm-up: one window
+            if ort_peer:
+                ort_peer([audio[0][:CHUNK_S * RATE]], 1)  # warm-up: one window
             if torch_peer:
                 torch_peer(1, [0], CHUNK_S * RATE)
             texts, best, profile = timed(peers, repeat, pipe, ort_peer, args.profile)
             report(name, batch, len(audio) * SECONDS, best, first, load, texts)
             if args.profile:
-                print_profile(profile, counts, compiles(pipe), ort_peer.times)
+                print_profile(profile, counts, compiles(pipe), ort_peer and ort_peer.times)
     finally:
         if torch_peer:
             torch_peer.close()
@@ -284,12 +290,14 @@ def timed(peers, repeat, pipe, ort_peer, profile):
 def report(name, batch, audio_s, best, first, load, texts):
     rtf = {k: s / audio_s for k, s in best.items()}
     ours = texts["transmuter"]
-    same_ort = sum(a == b for a, b in zip(ours, texts["ort"]))
+    ort_rtf = f"{rtf['ort']:>8.4f}" if "ort" in rtf else f"{'-':>8}"
+    vs_ort = f"{rtf['ort'] / rtf['transmuter']:>6.2f}x" if "ort" in rtf else f"{'-':>7}"
+    same_ort = sum(a == b for a, b in zip(ours, texts["ort"])) if "ort" in texts else "-"
     torch_rtf = f"{rtf['torch']:>8.4f}" if "torch" in rtf else f"{'':>8}"
     vs_torch = f"{rtf['torch'] / rtf['transmuter']:>7.2f}x" if "torch" in rtf else f"{'':>8}"
     same_torch = sum(a == b for a, b in zip(ours, texts["torch"])) if "torch" in texts else "-"
-    print(f"{name:<14} {batch:>5} {audio_s:>6} {rtf['transmuter']:>10.4f} {rtf['ort']:>8.4f} "
-          f"{torch_rtf} {rtf['ort'] / rtf['transmuter']:>6.2f}x {vs_torch} "
+    print(f"{name:<14} {batch:>5} {audio_s:>6} {rtf['transmuter']:>10.4f} {ort_rtf} "
+          f"{torch_rtf} {vs_ort} {vs_torch} "
           f"{f'{same_ort}/{len(ours)}':>8} {f'{same_torch}/{len(ours)}':>10} {first:>8.1f} "
           f"{load:>6.1f} {os.getloadavg()[0]:>7.2f}", flush=True)
 
@@ -341,6 +349,7 @@ class Profiler:
         self._wrap(gen, "encode", "encoder")
         self._wrap(head, "postprocess", "postprocess (decode_asr)")
         self._wrap(gen.decoder, "generate", "generate (decoder loop, all)")
+        self._wrap(gen.decoder, "beam_search", "generate (decoder loop, all)")
         self._wrap(steppers.GrowingCache, "start", "decoder first step (host + graph)")
         self._wrap(steppers.GrowingCache, "step", "decoder cache step (host + graph)")
         self._wrap(steppers._Stepper, "_call", None, block=True, key_of=lambda stepper, fn,
@@ -389,6 +398,8 @@ def print_profile(prof, before, after, ort_times):
           f" the loop outside the steps (processors, argmax, bookkeeping): {loop * 1e3:.1f} ms "
           f"({loop / prof.n.get(step, 1) * 1e3:.2f} ms/step)")
     print(f"      compiles: in the first pass {before}; all so far {after}")
+    if ort_times is None:
+        return
     w, s = max(ort_times["windows"], 1), max(ort_times["cache calls"], 1)
     print(f"    onnxruntime, last pass: features {ort_times['features'] * 1e3:.1f} ms, encoder "
           f"{ort_times['encoder'] * 1e3:.1f} ms ({ort_times['encoder'] / w * 1e3:.1f} ms/window), "
@@ -422,6 +433,8 @@ def main():
                         help="timed passes, whisper-base and larger")
     parser.add_argument("--backend", default="jax", choices=["jax", "mlx"])
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--beams", type=int, default=1,
+                        help="num_beams (5: the pipelines' default; no onnxruntime peer then)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--jax-cache", default=str(CACHE / "jax-cache"),
                         help="JAX's persistent compilation cache ('' for none)")
@@ -429,7 +442,8 @@ def main():
     cache = jax_cache(args)
     args.batches = [int(b) for b in args.batch.split(",")]
     print(f"{SECONDS} s recordings from {SPEECH.name}, chunk_length_s={CHUNK_S} (stride "
-          f"{STRIDE_S:g} s), greedy, {args.tokens} tokens per window; random weights; "
+          f"{STRIDE_S:g} s), {'greedy' if args.beams == 1 else f'{args.beams} beams'}, "
+          f"{args.tokens} tokens per window; random weights; "
           f"{os.cpu_count()} cores; backend {args.backend}; best of {args.repeat} "
           f"(whisper-base+: {args.base_repeat}); load average {os.getloadavg()[0]:.2f}; "
           f"{cache}", flush=True)
