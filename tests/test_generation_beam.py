@@ -100,18 +100,28 @@ def test_growing_cache_groups_rows_by_prompt_length():
     assert [[g] for g in got] == [c["sequences"] for c in greedy]
 
 
-def test_growing_cache_pads_whole_beams():
-    # 3 inputs x 3 beams: one group of 9 rows, padded to 4 inputs' 12 (copies of the first
-    # row), never to 16 rows; reordering beams must skip the copies. Each equals transformers
+@pytest.mark.parametrize("cache", [None, "grow"])
+def test_beams_start_from_one_prompt_run(cache):
+    # 3 inputs x 3 beams: each prompt runs once (3 rows; a growing cache pads them to 4), then
+    # its row is repeated for its beams (9 rows; a growing cache pads whole inputs: 12, not 16).
+    # The recorded prompt equals transformers, which ran it alone; another prompt of its length
+    # in the middle equals itself alone
     case = next(c for c in cases("gpt2") if c["kwargs"].get("num_beams", 1) > 1)
-    gen = generator("gpt2", "grow")
+    gen = generator("gpt2", cache)
     config = GenerationConfig.from_dicts(pipe("gpt2").generation_file, pipe("gpt2").config,
                                          **case["kwargs"])
-    assert gen.beam_search([case["prompt_ids"]] * 3, config)[0] == [case["sequences"]] * 3
+    other = case["prompt_ids"][::-1]
+    got = gen.beam_search([case["prompt_ids"], other, case["prompt_ids"]], config)[0]
+    assert got[0] == got[2] == case["sequences"] != got[1]
+    assert got[1] == gen.beam_search([other], config)[0][0]
     with gen.model.backend.scope():
-        stepper = gen.stepper([case["prompt_ids"]] * 9, 4, unit=3)
+        stepper = gen.stepper([case["prompt_ids"]] * 3, 4)
         stepper.start()
-    assert {v.shape[0] for v in stepper.caches[0].values()} == {12}
+        rows = lambda: {v.shape[0] for c in (stepper.caches if cache else [stepper.caches])  # noqa: E731
+                        for v in c.values()}
+        assert rows() == ({4} if cache else {3})
+        stepper.repeat(3)
+        assert rows() == ({12} if cache else {9})
 
 
 def test_topk_is_the_stable_sorts_first_k():

@@ -85,11 +85,10 @@ class Generator:
                              f"tokens exceeds the model's context of {self.context} positions")
         return n, budget
 
-    def stepper(self, prompts, budget, extra=None, width=0, unit=1):
-        """The cache of one generation; ``width``: the fixed caches' least prompt width;
-        ``unit``: the rows that come together (a growing cache pads whole units)."""
+    def stepper(self, prompts, budget, extra=None, width=0):
+        """The cache of one generation; ``width``: the fixed caches' least prompt width."""
         if self.layout.mode == "grow":
-            return GrowingCache(self, prompts, extra, unit)
+            return GrowingCache(self, prompts, extra)
         return FixedCache(self, prompts, budget, width)
 
     def generate(self, prompts, config, decode=None, on_step=None, extra=None, processors=(),
@@ -146,12 +145,13 @@ class Generator:
         budget = np.maximum(budget, 1)  # as generate: a prompt at max_length still gets a token
         k = config.num_beams
         beam = BeamSearch(config, n, budget)
-        rows = [p for p in prompts for _ in range(k)]
-        extra = {key: np.repeat(np.asarray(v), k, axis=0) for key, v in (extra or {}).items()}
-        state = _state(rows, np.repeat(n, k), np.repeat(budget, k))
+        state = _state([p for p in prompts for _ in range(k)], np.repeat(n, k),
+                       np.repeat(budget, k))
         with self.model.backend.scope():
-            stepper = self.stepper(rows, int(budget.max()), extra, unit=k)
-            logits = stepper.start()
+            # each prompt runs once; its beams start from copies of its cache
+            stepper = self.stepper(prompts, int(budget.max()), extra)
+            logits = np.repeat(stepper.start(), k, axis=0)
+            stepper.repeat(k)
             out = beam.run(stepper, state, [*build_processors(config), *processors], logits)
         self.stats = Stats(beam.steps, stepper.prompt_padding()[::k], beam.lengths)
         return out

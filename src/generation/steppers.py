@@ -4,10 +4,12 @@
     logits = stepper.start()                      # the prompts: [B, V] logits of each last token
     logits = stepper.step(tokens)                 # one token per row
     stepper.reorder(beam_indices)                 # row i takes row beam_indices[i]'s cache
+    stepper.repeat(k)                             # after start: each row becomes k rows
 
-The loop (loop.py, beam.py) only sees these three calls; what differs between modes (buffers,
-masks, positions, groups) stays here. ``gen`` is the Generator: it holds the layout, the
-compiled functions and the model config.
+The loop (loop.py, beam.py) only sees these calls (beam search runs each prompt once, then
+repeats its row for the beams); what differs between modes (buffers, masks, positions, groups)
+stays here. ``gen`` is the Generator: it holds the layout, the compiled functions and the
+model config.
 
 Positions: a prompt token's is its index, unless ``gen.row_positions`` gives a row its own
 ([3, n]: M-RoPE's temporal / height / width of each token, transformers' ``get_rope_index``);
@@ -39,7 +41,8 @@ class _Stepper:
         self.gen, self.layout = gen, gen.layout
 
     def _call(self, fn, feed, caches, dtypes=None, index=None):
-        """``index`` [B, S]: each fed token's index in its row (a prompt position or later)."""
+        """``index`` [B, S]: each fed prompt token's index in its prompt (None: new tokens,
+        after ``repeat`` rows no longer match the prompts one to one)."""
         if self.layout.embeds:  # input_ids -> inputs_embeds (a vision-language decoder)
             feed = self.gen.embed(feed, index)
         dtypes = dtypes or self.gen.dtypes
@@ -154,7 +157,7 @@ class FixedCache(_Stepper):
         else:
             feed["attention_mask"] = np.concatenate([self.mask, np.ones((rows, 1), np.int64)],
                                                     axis=1)
-        out = self._call(self.gen.fn, feed, self.caches, index=index[:, None])
+        out = self._call(self.gen.fn, feed, self.caches)
         self._store(out, slot)
         if self.mask is not None:
             self.mask[:, slot] = 1
@@ -166,6 +169,11 @@ class FixedCache(_Stepper):
         self.after = self.after[rows]
         if self.mask is not None:
             self.mask = self.mask[rows]
+
+    def repeat(self, k):
+        rows = np.repeat(np.arange(len(self.prompts)), k)
+        self.reorder(rows)
+        self.prompts, self.n = [self.prompts[i] for i in rows], self.n[rows]
 
     def _store(self, out, slot):
         """In place, the presents themselves; concat, the new rows (those past ``capacity``)
@@ -183,24 +191,25 @@ class GrowingCache(_Stepper):
     real rows and grows by one each step, so every step is a new shape (compiled once, then
     cached). Rows are grouped by prompt length (one graph call per group per step) so no row
     needs padding; a group's row count is padded to ``unit`` times a power of two (copies of
-    its first row) so that batches of different sizes share compiled shapes. Beam search's unit
-    is its num_beams, whose rows always come whole: Whisper's default 5 beams run 5 rows, not 8
-    (whisper-tiny's shape, a 20 s clip, 40 tokens: 2.0-2.1 s as 5 rows, 2.7-3.3 s as 8). The first call runs the graph's no-past branch
-    (``use_cache_branch`` False); encoder-decoder graphs compute the cross-attention KV there,
-    and it is kept: their cache steps return dummy encoder presents.
+    its first row) so that batches of different sizes share compiled shapes. After
+    ``repeat(k)`` (beam search) the unit is k, whose rows always come whole: Whisper's default 5
+    beams run 5 rows, not 8 (whisper-tiny's shape, a 20 s clip, 40 tokens: 2.0-2.1 s as 5 rows,
+    2.7-3.3 s as 8). The first call runs the graph's no-past branch (``use_cache_branch``
+    False); encoder-decoder graphs compute the cross-attention KV there, and it is kept: their
+    cache steps return dummy encoder presents.
 
     ``extra``: per-row inputs every call takes (encoder_hidden_states, encoder_attention_mask).
-    ``unit``: rows that come together with the same prompt and extra inputs (an input's beams):
-    their cross-attention KV rows are equal, so reordering beams leaves them where they are
-    (whisper-tiny's 5 beams used to copy 92 MB of them a step: 30 -> 17 ms a cache step)."""
+    The k rows of a repeated row share its prompt and extra inputs, so their cross-attention KV
+    rows are equal, and reordering beams leaves them where they are (whisper-tiny's 5 beams used
+    to copy 92 MB of them a step: 30 -> 17 ms a cache step)."""
 
-    def __init__(self, gen, prompts, extra=None, unit=1):
+    def __init__(self, gen, prompts, extra=None):
         super().__init__(gen)
         if getattr(gen, "row_positions", None):
             raise InputError("A decoder whose cache grows takes text positions only (its past "
                              "length); prompts with their own positions (M-RoPE) need a "
                              "position_ids graph with a fixed cache")
-        self.prompts, self.extra, self.unit = prompts, dict(extra or {}), unit
+        self.prompts, self.extra, self.unit = prompts, dict(extra or {}), 1
         lengths = np.array([len(p) for p in prompts])
         self.groups = [np.nonzero(lengths == n)[0] for n in sorted(set(lengths.tolist()))]
         self.caches = [None] * len(self.groups)
@@ -226,6 +235,16 @@ class GrowingCache(_Stepper):
             self.caches[g] = self._reorder(self.caches[g], local)
             if self.unit == 1:  # a unit's cross KV rows are equal: nothing to move
                 self.cross[g] = self._reorder(self.cross[g], local)
+
+    def repeat(self, k):
+        for g, members in enumerate(self.groups):
+            local = _padded(np.repeat(np.arange(len(members)), k), k)
+            self.caches[g] = self._reorder(self.caches[g], local)
+            self.cross[g] = self._reorder(self.cross[g], local)
+            self.groups[g] = (members[:, None] * k + np.arange(k)).reshape(-1)
+        self.prompts = [p for p in self.prompts for _ in range(k)]
+        self.extra = {name: np.repeat(np.asarray(v), k, axis=0) for name, v in self.extra.items()}
+        self._extras, self.unit = {}, k
 
     def _each(self, ids_of, first):
         logits = None
@@ -254,7 +273,7 @@ class GrowingCache(_Stepper):
             caches = {**self.caches[g], **self.cross[g]}
         extras = {k: self._extra(g, k, rows, dtypes[k]) for k in self.extra if k in dtypes}
         out = self._call(self.gen.first_fn if first else self.gen.fn, feed,
-                         {**caches, **extras}, dtypes, index=index)
+                         {**caches, **extras}, dtypes, index=index if first else None)
         name = layout.first_present if first else (lambda info, present: present)
         self.caches[g] = {info.name: out[name(info, present)] for info, present in layout.pairs}
         if first:

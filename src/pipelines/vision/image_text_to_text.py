@@ -280,11 +280,11 @@ class EmbedsGenerator(Generator):
         return np.array(self.embed_fn({"input_ids": ids})["inputs_embeds"])  # a writable copy
 
     def embed(self, feed, index):
-        """``feed`` with inputs_embeds for its input_ids; ``index`` [B, S]: each token's index
-        in its row (those inside the prompt take the prompt's own rows)."""
+        """``feed`` with inputs_embeds for its input_ids; ``index`` [B, S]: each prompt token's
+        index in its prompt, where it takes the prompt's own row (None: new tokens)."""
         feed = dict(feed)
         embeds = self.embed_ids(feed.pop("input_ids"))
-        for b, row in enumerate(self._rows or ()):
+        for b, row in enumerate(self._rows if index is not None else ()):
             inside = index[b] < len(row)
             embeds[b, inside] = row[index[b, inside]]
         feed["inputs_embeds"] = embeds
@@ -294,10 +294,8 @@ class EmbedsGenerator(Generator):
         return self._with(list(embeds), positions, super().generate, prompts, config, **kwargs)
 
     def beam_search(self, prompts, config, embeds=(), positions=None, **kwargs):
-        k = config.num_beams  # as beam_search repeats each prompt
-        rows = [e for e in embeds for _ in range(k)]
-        positions = None if positions is None else [p for p in positions for _ in range(k)]
-        return self._with(rows, positions, super().beam_search, prompts, config, **kwargs)
+        return self._with(list(embeds), positions, super().beam_search, prompts, config,
+                          **kwargs)
 
     def _with(self, rows, positions, run, *args, **kwargs):
         self._rows = rows
