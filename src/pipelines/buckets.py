@@ -34,7 +34,8 @@ def pow2_chunks(n):
 # What a decoder call on a prompt chunk costs beyond its rows, in rows: each call reads every
 # weight once, the matrix-vector cost of a lone row. SmolVLM-256M's decoder (30 layers, 576 wide,
 # 2 CPU cores): 1 row 37 ms, 16 rows 66, 64 rows 131, 128 rows 247 (~1.85 ms a row past 32): a call
-# costs ~19 rows.
+# costs ~19 rows. Rows, not CALL_COST_WEIGHT_TOKENS' fixed overhead divided by the weights: reading
+# the weights grows with them as each row's work does (that rule would give 135M weights 3 rows).
 PROMPT_CALL_ROWS = 16
 
 
@@ -48,7 +49,7 @@ def prompt_chunks(n, call_rows=PROMPT_CALL_ROWS):
         return whole
     top = 1 << (n.bit_length() - 1)  # the largest power of two below n
     cut = [top] + prompt_chunks(n - top, call_rows)
-    return whole if len(whole) * call_rows + whole[0] <= len(cut) * call_rows + sum(cut) else cut
+    return min(whole, cut, key=lambda plan: len(plan) * call_rows + sum(plan))  # a tie: whole
 
 
 def pow2(n, cap, least=1):
