@@ -67,9 +67,9 @@ import transmuter
 from _asr_models import (CACHE, EXPORT_PYTHON, RATE, SECONDS, SPEECH, model_folder, offsets,
                          recordings)
 from transmuter import hub
-from transmuter.pipelines.audio.whisper_text import decode_asr
-from transmuter.preprocess.audio_features import FeatureExtractor
-from transmuter.preprocess.tokenizer import Tokenizer
+from transmuter.pipelines.audio.whisper.text import decode_asr
+from transmuter.preprocess.audio.features import FeatureExtractor
+from transmuter.preprocess.text.tokenizer import Tokenizer
 
 CHUNK_S = 30
 STRIDE_S = CHUNK_S / 6  # the pipelines' default stride_length_s

@@ -29,7 +29,7 @@ is crossed unless it equals the one-at-a-time result for its input (embeddings w
 batch pads other rows beside it, another XLA shape; labels equal and scores within 1e-5).
 The issue's target: >= 4x one at a time at 64 clients.
 
-``--workloads generation`` (continuous batching, generation/continuous.py): --chat-requests
+``--workloads generation`` (continuous batching, pipelines/text/continuous.py): --chat-requests
 (32) chat requests of mixed lengths (1 to 12 words of content, 8 to 48 new tokens, greedy) on a
 decoder fixture (--decoder, default llama-gqa), run one at a time, as static batches of
 --static-batch (8: ``pipe(list, batch_size=8)`` in arrival order, each batch decoding to its

@@ -41,8 +41,8 @@ import numpy as np
 
 import transmuter
 from _vision_models import EXPORT_PYTHON, TASKS, model_folder, ort_session, photos
-from transmuter.preprocess.image import load_image
-from transmuter.preprocess.image_processor import ImageProcessor
+from transmuter.preprocess.image.load import load_image
+from transmuter.preprocess.image.processor import ImageProcessor
 
 LABELS = ["cat", "dog", "a rocket", "coffee cup", "astronaut"]
 TEMPLATE = "This is a photo of {}."  # the zero-shot pipelines' default hypothesis_template

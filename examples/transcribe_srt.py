@@ -29,7 +29,7 @@ def duration(path):
     try:
         return soundfile.info(str(path)).duration
     except RuntimeError:  # a format soundfile cannot read (M4A, WebM, ...): decode it
-        from transmuter.preprocess.audio import load_audio
+        from transmuter.preprocess.audio.load import load_audio
 
         return len(load_audio(str(path), 16000)) / 16000
 

@@ -6,16 +6,20 @@
     fn = transmuter.compile(model, example_inputs)
     classify = transmuter.pipeline("text-classification", "org/name-or-folder")
     transmuter.save(model, "tuned.onnx", params=trained)   # fine-tuned weights, same graph
+
+The layers, bottom up, are folders (docs/architecture.md): backends, ops, engine, hub,
+preprocess, generation, serving, pipelines, training, integrations.
 """
 
-from .compiled import compile
-from .errors import (HubError, InputError, ModelLoadError, OpError, StaticInputError,
-                     TransmuterError, UnsupportedOperatorError)
-from .model import Model, load
+from .engine.compiled import compile
+from .engine.model import Model
+from .engine.run import run
+from .errors import (HubError, InputError, ModelLoadError, OpError, PipelineError,
+                     StaticInputError, TransmuterError, UnsupportedOperatorError)
+from .hub.load import load
+from .hub.save import save, save_pretrained
 from .pipelines import pipeline
-from .run import run
-from .save import save, save_pretrained
 
 __all__ = ["load", "run", "compile", "pipeline", "save", "save_pretrained", "Model",
            "TransmuterError", "ModelLoadError", "UnsupportedOperatorError", "InputError",
-           "StaticInputError", "OpError", "HubError"]
+           "StaticInputError", "OpError", "HubError", "PipelineError"]

@@ -49,13 +49,13 @@ def main(argv=None):
 
 
 def _run(args):
-    import transmuter
     from .errors import TransmuterError
+    from .pipelines import pipeline
     options = _options(args.options)
     if args.variant:
         options["variant"] = args.variant
     options = {"batch_size": args.batch_size, **options}  # --options may set it too
-    pipe = transmuter.pipeline(args.task, args.model, backend=args.backend, **options)
+    pipe = pipeline(args.task, args.model, backend=args.backend, **options)
     # a folder holds the task's media files, given to the pipeline by path
     media = IMAGE_SUFFIXES if "image_processor" in pipe.featurizers else \
         AUDIO_SUFFIXES if "feature_extractor" in pipe.featurizers else None

@@ -35,3 +35,7 @@ class OpError(TransmuterError):
 
 class HubError(TransmuterError):
     """A Hub repo or local folder cannot be resolved, or lacks a file."""
+
+
+class PipelineError(TransmuterError, ValueError):
+    """A pipeline was given an input or option it cannot use, or a model it cannot run."""

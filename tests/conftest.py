@@ -4,7 +4,7 @@ import os
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# JAX's persistent compilation cache (src/compile_cache.py) stays off in the suite: results never
+# JAX's persistent compilation cache (src/backends/compile_cache.py) stays off in the suite: results never
 # depend on what an earlier run left on disk, and nothing is written to the machine's ~/.cache.
 # tests/test_compile_cache.py turns it on in child processes, each with its own temp folder.
 os.environ.setdefault("TRANSMUTER_COMPILE_CACHE", "0")

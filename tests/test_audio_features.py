@@ -17,7 +17,7 @@ import pytest
 
 from transmuter.errors import InputError
 from transmuter.preprocess import audio_spectrogram as S
-from transmuter.preprocess.audio_features import FeatureExtractor
+from transmuter.preprocess.audio.features import FeatureExtractor
 
 from .support import record_audio_features as rec
 

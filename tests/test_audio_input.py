@@ -1,4 +1,4 @@
-"""transmuter.preprocess.audio: resampling against torchaudio's (tests/fixtures/audio_io/
+"""transmuter.preprocess.audio.load: resampling against torchaudio's (tests/fixtures/audio_io/
 resample.npz, recorded by tests/support/record_resample.py), every input kind giving the same
 samples, stereo down-mix, and a clear InputError for each bad input."""
 
@@ -13,7 +13,7 @@ import soundfile
 
 from transmuter.errors import InputError
 from transmuter.preprocess import audio
-from transmuter.preprocess.audio import is_audio, load_audio, resample
+from transmuter.preprocess.audio.load import is_audio, load_audio, resample
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 SPEECH = FIXTURES / "speech"

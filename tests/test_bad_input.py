@@ -8,7 +8,7 @@ from onnx import helper
 
 import transmuter
 from transmuter.errors import InputError
-from transmuter.preprocess.tokenizer import TokenizerError
+from transmuter.preprocess.text.tokenizer import TokenizerError
 
 from .fixtures import ROOT
 from .test_engine import info, make_model
@@ -198,7 +198,7 @@ def test_broken_repo_files_are_named(tmp_path, fixture, name, edit, error, match
     ("{% for m in messages %}{{ m.content * 3 }}{% endfor %}", None),  # within bounds
 ])
 def test_chat_templates_are_bounded(template, match):
-    from transmuter.preprocess.chat_template import ChatTemplateError, render
+    from transmuter.preprocess.text.chat_template import ChatTemplateError, render
 
     messages = [{"role": "user", "content": "hi"}]
     if match is None:

@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache (src/compile_cache.py), in fresh processes: what one process
+"""JAX's persistent compilation cache (src/backends/compile_cache.py), in fresh processes: what one process
 compiles, the next reads back; off writes nothing; the user's own JAX settings win.
 
 Each case runs CHILD in a new interpreter (the cache is per process, set at the first compile).
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import transmuter
-from transmuter import compile_cache
+from transmuter.backends import compile_cache
 from transmuter.errors import InputError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

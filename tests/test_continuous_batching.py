@@ -1,4 +1,4 @@
-"""Continuous batching (generation/continuous.py, text-generation's pipeline.serve()): requests
+"""Continuous batching (pipelines/text/continuous.py, text-generation's pipeline.serve()): requests
 from many threads, arriving at different times with different lengths and options, each equal
 token for token to the same request run alone through the pipeline (greedy, and seeded sampling:
 a row draws its request's own noise), and the recorded transformers outputs where recorded; rows

@@ -198,7 +198,7 @@ def test_bad_inputs_name_the_input():
 
 
 def test_op_failure_names_node_and_inputs():
-    # w's shape undeclared: a declared [4, 5] is refused at load already (validate.py)
+    # w's shape undeclared: a declared [4, 5] is refused at load already (engine/checks/validate.py)
     proto = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="proj")],
                        [info("x", TensorProto.FLOAT, [2, 3]), info("w", TensorProto.FLOAT, None)],
                        [info("y", TensorProto.FLOAT, None)])

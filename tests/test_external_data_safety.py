@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import transmuter
 from transmuter import hub
 from transmuter.errors import HubError, ModelLoadError
-from transmuter.graph import tensor_to_numpy
+from transmuter.engine.graph import tensor_to_numpy
 
 W = np.arange(64, dtype=np.float32)
 DECOY = np.full(64, -1.0, np.float32)  # what a wrong file holds

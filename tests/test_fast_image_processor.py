@@ -14,7 +14,7 @@ import pytest
 
 from transmuter.errors import InputError
 from transmuter.preprocess import image_resize_fast as R
-from transmuter.preprocess.image import ImageProcessor
+from transmuter.preprocess.image.load import ImageProcessor
 
 from .support import image_cases
 from .test_image_processor import HUB_FILES, REFS, compare, loaded
@@ -95,7 +95,7 @@ TORCHVISION_5 = {"RfDetrImageProcessor"}
 
 def test_every_fast_family_has_references():
     recorded = {str(reference(p.stem)["class"]) for p in references()}
-    from transmuter.preprocess.image_processor import _REGISTRY
+    from transmuter.preprocess.image.processor import _REGISTRY
     fast = {name for name in _REGISTRY if name.endswith("Fast") or name in TORCHVISION_5}
     assert fast == recorded
 

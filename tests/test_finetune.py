@@ -361,7 +361,7 @@ def test_external_data_keeps_its_layout(tmp_path):
 
 def test_past_the_protobuf_limit_weights_go_to_a_data_file(tmp_path, monkeypatch):
     """A file past protobuf's 2 GiB, scaled down: the limit lowered to 100 kB."""
-    monkeypatch.setattr(sys.modules["transmuter.save"], "PROTO_LIMIT", 100_000)
+    monkeypatch.setattr(sys.modules["transmuter.hub.save"], "PROTO_LIMIT", 100_000)
     model = transmuter.load(BERT / "onnx" / "model.onnx", trainable=True)
     params = {"onnx::MatMul_333": model.params["onnx::MatMul_333"] * 1.5}
     out = transmuter.save(model, tmp_path / "model.onnx", params=params)
@@ -739,6 +739,6 @@ def test_lora_trains_adapters_only_and_saves_the_merged_weights(tmp_path):
     assert np.abs(want - np.asarray(pipe.model(**feed)["logits"])).max() > 1e-3
     with pytest.raises(transmuter.InputError, match="not float32 MatMul/Gemm weights"):
         training.lora(pipe, targets=["classifier.bias"])
-    from transmuter.lora import adapters as lora_adapters
+    from transmuter.training.lora import adapters as lora_adapters
     with pytest.raises(transmuter.InputError, match="fp32 export"):
         lora_adapters(transmuter.load(FIXTURES / "bert" / "onnx" / "model_q4.onnx"))

@@ -1,4 +1,4 @@
-"""The load-time fusions (fusion.py). Attention in blocks of query rows: which chains fuse, that
+"""The load-time fusions (engine/passes/fusion.py). Attention in blocks of query rows: which chains fuse, that
 the blocks give onnxruntime's answer (padded rows, a mask that varies by row, a fully masked row,
 Cast between Softmax and MatMul), that gradients pass through them, and that a broken chain fails
 naming its own node, as it would unfused. Transposed products: onnxruntime's answer on every
@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import transmuter
-from transmuter import fusion
+from transmuter.engine.passes import fusion
 from transmuter.errors import OpError
 
 from .test_engine import info, make_model, reference
@@ -185,7 +185,7 @@ def test_transposed_weights_keep_their_transpose():
 
 
 def test_attention_over_a_weight_keeps_its_matmul():
-    """Keys that are a weight (a learned probe) stay a MatMul that lora.py can adapt."""
+    """Keys that are a weight (a learned probe) stay a MatMul that training/lora.py can adapt."""
     keys = np.ones((4, 6), np.float32)
     proto = make_model([helper.make_node("MatMul", ["q", "keys"], ["s"]),
                         helper.make_node("Softmax", ["s"], ["p"], axis=-1),

@@ -20,7 +20,7 @@ import pytest
 import transmuter
 from transmuter.generation import GenerationConfig, Generator
 from transmuter.generation.beam import _topk
-from transmuter.pipelines import buckets
+from transmuter import buckets
 from transmuter.pipelines.base import PipelineError
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from transmuter.preprocess.chat_template import (ChatTemplateError, find_template, render,
+from transmuter.preprocess.text.chat_template import (ChatTemplateError, find_template, render,
                                                  special_tokens)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

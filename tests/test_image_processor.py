@@ -16,7 +16,7 @@ import PIL.Image
 import pytest
 
 from transmuter.errors import InputError
-from transmuter.preprocess.image import ImageProcessor, load_image
+from transmuter.preprocess.image.load import ImageProcessor, load_image
 
 from .support import image_cases
 
@@ -249,7 +249,7 @@ def test_unknown_processor_type_lists_supported(monkeypatch):
         ImageProcessor.from_config({"do_resize": True})
     # a Fast type of a family whose fast processor is not implemented (every registered family
     # has one now: a stand-in) is refused with a hint at the slow one
-    from transmuter.preprocess.image_processor import _REGISTRY
+    from transmuter.preprocess.image.processor import _REGISTRY
     monkeypatch.setitem(_REGISTRY, "ToyImageProcessor", _REGISTRY["ViTImageProcessor"])
     with pytest.raises(InputError, match="torchvision.*ToyImageProcessor to accept"):
         ImageProcessor.from_config({"image_processor_type": "ToyImageProcessorFast"})
@@ -292,7 +292,7 @@ def test_a_size_that_is_no_positive_number_is_an_input_error(size):
     # issue 14 (fuzz 20261202:6645: a clip repo's preprocessor_config.json with size
     # {"shortest_edge": null}): a TypeError deep in the resize before; a longest_edge of null
     # stays "no cap"
-    from transmuter.preprocess.image_sizes import size_dict
+    from transmuter.preprocess.image.sizes import size_dict
     with pytest.raises(InputError, match=r"size\['\w+'\] = .*: a size must be a positive number"):
         size_dict(size)
     assert size_dict({"shortest_edge": 224, "longest_edge": None})["shortest_edge"] == 224

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import transmuter
-from transmuter.compiled import LARGE_WEIGHT, library_dots
+from transmuter.engine.compiled import LARGE_WEIGHT, library_dots
 
 from .test_engine import info, make_model, reference
 

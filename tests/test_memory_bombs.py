@@ -146,7 +146,7 @@ def test_values_together_past_the_limit_are_refused(backend, monkeypatch):
     """issue 14 (fuzz 20261202:2837: a batch of 100,000 images through clip, eager JAX, failed
     inside XLA): no one array is past the limit, their sum is. An eager run holds every value
     until it returns, so its sum counts them all; a compiled segment frees each after its last
-    reader, so the same chain holds two at a time and runs (live_bytes.py)."""
+    reader, so the same chain holds two at a time and runs (engine/live_bytes.py)."""
     model = transmuter.load(_chain(8), backend=backend)
     x = -np.arange(16 * 1024, dtype=np.float32).reshape(16, 1024) % 7 - 3
     monkeypatch.setenv("TRANSMUTER_MAX_ARRAY_BYTES", str(200 << 10))  # 200 KiB; 64 KiB each

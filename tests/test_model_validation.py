@@ -298,7 +298,7 @@ def test_lenient_where_onnxruntime_is_a_contrib_node_without_its_import():
     ids=["value_info of no node's value", "value_info with no type", "output with no type"])
 def test_lenient_where_onnxruntime_is_declared_types_it_ignores(model):
     """ONNX Runtime ignores a value_info entry that names no node's value or has no type, and
-    takes a graph output declared with no type: so do we (declared_types.py)."""
+    takes a graph output declared with no type: so do we (engine/checks/declared_types.py)."""
     feed = {"x": np.array([-1, 2], np.float32)}
     want = ort.InferenceSession(model().SerializeToString()).run(None, feed)[0]
     np.testing.assert_array_equal(transmuter.run(transmuter.load(model()), feed)["z"], want)

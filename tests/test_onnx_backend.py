@@ -5,7 +5,7 @@ import onnx
 import onnx.backend.test
 from onnx import TensorProto, helper
 
-from transmuter.onnx_backend import TransmuterBackend
+from transmuter.integrations.onnx_backend import TransmuterBackend
 
 
 def test_prepare_and_run_model():

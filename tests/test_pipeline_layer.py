@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import transmuter
-from transmuter.pipelines import PipelineError, buckets, registry
+from transmuter import buckets
+from transmuter.pipelines import PipelineError, registry
 
 from . import (test_generation_pipeline, test_pipelines_audio, test_pipelines_text,
                test_pipelines_vision, test_text2text)

@@ -160,7 +160,7 @@ def test_word_timestamps_align_tokens_as_transformers(backend, monkeypatch):
     ``token_timestamps`` (recorded as "alignment": the sequences, prompt included, and their
     times), on the export with cross-attention outputs. Times are 20 ms frame indices, so equal
     within float32 rounding means the same DTW path."""
-    from transmuter.pipelines.audio.whisper import Head
+    from transmuter.pipelines.audio.whisper.pipeline import Head
 
     p = pipe("whisper-timestamped", "automatic-speech-recognition", backend)
     seen = []

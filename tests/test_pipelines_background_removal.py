@@ -13,7 +13,7 @@ from PIL import Image
 import transmuter
 from transmuter.errors import InputError
 from transmuter.pipelines.base import PipelineError
-from transmuter.preprocess.image_resize_sharp import sharp_bilinear
+from transmuter.preprocess.image.resize_sharp import sharp_bilinear
 
 from .fixtures import ROOT
 

@@ -1,4 +1,4 @@
-"""Florence-2 in image-to-text (pipelines/vision/florence2.py, florence2_parse.py) against
+"""Florence-2 in image-to-text (pipelines/vision/florence2/pipeline.py, florence2_parse.py) against
 transformers 4.57.6 on the PyTorch model (tests/fixtures/florence2/references/
 pipeline_florence2.json, tests/support/record_florence2.py): Florence2Processor's prompt ids per
 task token (also with the real Florence-2-base tokenizer of ../shared/hub-files, skipped when
@@ -19,8 +19,8 @@ import pytest
 import transmuter
 from transmuter.errors import InputError
 from transmuter.pipelines import PipelineError
-from transmuter.pipelines.vision import florence2_parse
-from transmuter.pipelines.vision.florence2 import prompt_ids
+from transmuter.pipelines.vision.florence2 import parse as florence2_parse
+from transmuter.pipelines.vision.florence2.pipeline import prompt_ids
 
 from .fixtures import ROOT, steps
 
@@ -67,7 +67,7 @@ def test_default_parse_config_is_the_converters():
 
 @pytest.fixture(scope="module")
 def real_tokenizer():
-    from transmuter.preprocess.tokenizer import Tokenizer
+    from transmuter.preprocess.text.tokenizer import Tokenizer
 
     if not (REAL / "tokenizer.json").exists():
         pytest.skip(f"{REAL} is absent (the real Florence-2-base tokenizer files)")

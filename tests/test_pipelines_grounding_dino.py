@@ -12,8 +12,8 @@ import pytest
 from transmuter import hub
 from transmuter.pipelines import PipelineError
 from transmuter.pipelines.vision.grounding_dino import joined
-from transmuter.preprocess.image import load_image
-from transmuter.preprocess.tokenizer import Tokenizer
+from transmuter.preprocess.image.load import load_image
+from transmuter.preprocess.text.tokenizer import Tokenizer
 
 from .fixtures import ROOT, pipeline_reference
 from .test_pipelines_text import assert_close

@@ -112,9 +112,9 @@ def test_real_smolvlm_processor_matches_transformers():
     import json
 
     from transmuter import hub
-    from transmuter.preprocess.image import load_image
-    from transmuter.preprocess.image_idefics3 import Idefics3Images, expand_prompt
-    from transmuter.preprocess.tokenizer import Tokenizer
+    from transmuter.preprocess.image.load import load_image
+    from transmuter.preprocess.image.families.idefics3 import Idefics3Images, expand_prompt
+    from transmuter.preprocess.text.tokenizer import Tokenizer
 
     if not SMOLVLM.is_dir():
         pytest.skip("needs ../shared/hub-files/HuggingFaceTB/SmolVLM-256M-Instruct")
@@ -196,7 +196,7 @@ def test_tiles_run_in_power_of_two_chunks():
     graph with onnxruntime: float32 sums in another order (measured 1.3e-5 on features of ~20)."""
     ort = pytest.importorskip("onnxruntime")
     skimage_data = pytest.importorskip("skimage.data")
-    from transmuter.preprocess.image import load_image
+    from transmuter.preprocess.image.load import load_image
 
     p = pipe()
     _, (pixels, mask) = p.family.prepare("<image>", [load_image(skimage_data.astronaut())])

@@ -31,7 +31,8 @@ import numpy as np
 import pytest
 
 import transmuter
-from transmuter.pipelines import PipelineError, buckets
+from transmuter import buckets
+from transmuter.pipelines import PipelineError
 
 from .fixtures import ROOT, pipeline_reference
 
@@ -124,8 +125,8 @@ def test_processor_matches_transformers(fx):
 def test_photos_match_transformers(fx, bounds):
     """Full scikit-image photos at Qwen2-VL-2B-Instruct's min/max pixels and at the fixture's."""
     skimage_data = pytest.importorskip("skimage.data")
-    from transmuter.preprocess.image import load_image
-    from transmuter.preprocess.image_qwen2vl import Qwen2VLImages
+    from transmuter.preprocess.image.load import load_image
+    from transmuter.preprocess.image.families.qwen2vl import Qwen2VLImages
 
     meta = json.loads((fx.dir / "references/processor.json").read_text())
     data = np.load(fx.dir / "references/processor.npz")
@@ -142,7 +143,7 @@ def test_photos_match_transformers(fx, bounds):
 
 def test_smart_resize_refuses_extreme_aspect():
     from transmuter.errors import InputError
-    from transmuter.preprocess.image_qwen2vl import smart_resize
+    from transmuter.preprocess.image.families.qwen2vl import smart_resize
 
     with pytest.raises(InputError, match="aspect ratio over 200"):
         smart_resize(10, 2100, 28, 3136, 12845056)
@@ -168,9 +169,9 @@ def test_vision_encoder_pads_images_to_shared_shapes(fx):
     filler image that its attention never sees) plus the first call's check; each image's
     features, and two images' together, equal onnxruntime's on the unpadded patches. 1e-4 of
     the features' scale: float32 sums at other shapes, in XLA and onnxruntime (measured 1e-6)."""
-    from transmuter.compiled import CompiledFunction
+    from transmuter.engine.compiled import CompiledFunction
     from transmuter.pipelines.vision.vlm_families import Qwen2VL
-    from transmuter.preprocess.image import load_image
+    from transmuter.preprocess.image.load import load_image
 
     skimage_data = pytest.importorskip("skimage.data")
     photo = load_image(skimage_data.astronaut())
@@ -196,7 +197,7 @@ def test_vision_encoder_whose_images_mix_runs_unpadded(tmp_path):
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    from transmuter.compiled import CompiledFunction
+    from transmuter.engine.compiled import CompiledFunction
     from transmuter.pipelines.vision.vlm_families import Qwen2VL
 
     graph = helper.make_graph(

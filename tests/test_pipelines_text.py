@@ -16,7 +16,7 @@ import pytest
 import transmuter
 from transmuter import hub
 from transmuter.pipelines import PipelineError
-from transmuter.preprocess.tokenizer import Tokenizer
+from transmuter.preprocess.text.tokenizer import Tokenizer
 
 from .fixtures import ROOT, pipeline_reference, pipeline_references
 

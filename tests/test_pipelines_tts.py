@@ -13,7 +13,7 @@ import transmuter
 from transmuter import cli, hub
 from transmuter.errors import InputError
 from transmuter.pipelines import PipelineError, registry
-from transmuter.preprocess.tokenizer import TokenizerError
+from transmuter.preprocess.text.tokenizer import TokenizerError
 
 from .fixtures import ROOT, pipeline_reference, pipeline_references
 
@@ -89,7 +89,7 @@ def test_the_recorded_cases_cover_the_rules():
 
 
 def test_vits_tokenizer_equals_transformers():
-    from transmuter.preprocess.vits_tokenizer import VitsTokenizer
+    from transmuter.preprocess.text.vits import VitsTokenizer
 
     ref = json.loads((ROOT / "vits/references/vits_tokenizer_ids.json").read_text())
     tokenizers = {name: VitsTokenizer(t["vocab"], t["config"])
@@ -102,7 +102,7 @@ def test_vits_tokenizer_equals_transformers():
 
 
 def test_speecht5_tokenizer_equals_transformers():
-    from transmuter.pipelines.audio.speecht5 import SpeechT5Tokenizer
+    from transmuter.pipelines.audio.tts.speecht5 import SpeechT5Tokenizer
 
     ref = json.loads((ROOT / "speecht5/references/speecht5_tokenizer_ids.json").read_text())
     tok = SpeechT5Tokenizer.from_repo(hub.resolve(ROOT / "speecht5"))
@@ -113,8 +113,8 @@ def test_speecht5_tokenizer_equals_transformers():
 def test_speecht5_numbers_equal_transformers(tmp_path):
     """normalize=true in tokenizer_config.json: EnglishNumberNormalizer's text and the tokenizer's
     ids, case by case; where the reference fails (ValueError, IndexError), a TokenizerError."""
-    from transmuter.pipelines.audio.speecht5 import SpeechT5Tokenizer
-    from transmuter.preprocess.speecht5_numbers import spell_numbers
+    from transmuter.pipelines.audio.tts.speecht5 import SpeechT5Tokenizer
+    from transmuter.preprocess.text.speecht5_numbers import spell_numbers
 
     ref = json.loads((ROOT / "speecht5/references/speecht5_numbers.json").read_text())
     repo = tmp_path / "speecht5-normalize"
@@ -246,7 +246,7 @@ def test_uroman_model_romanizes_its_text(tmp_path, monkeypatch):
     """is_uroman: non-Latin text is read as uroman romanizes it (the ids themselves are
     compared with transformers' in test_vits_tokenizer_equals_transformers); without the
     package, a clear error where transformers reads the text unromanized."""
-    from transmuter.preprocess import vits_tokenizer
+    from transmuter.preprocess.text import vits as vits_tokenizer
 
     p = transmuter.pipeline("text-to-speech", _variant(tmp_path, is_uroman=True), backend=FAST)
     (case, want), = [(c, a) for c, a in cases("vits") if c["name"] == "hello"]

@@ -222,7 +222,7 @@ def test_object_detection_exact_boxes():
 
 def test_siglip_tokenizer_equals_transformers():
     from transmuter import hub
-    from transmuter.preprocess.tokenizer import Tokenizer
+    from transmuter.preprocess.text.tokenizer import Tokenizer
 
     tok = Tokenizer.from_repo(hub.resolve(ROOT / "siglip"))
     ref = json.loads((ROOT / "siglip/references/siglip_tokenizer_ids.json").read_text())

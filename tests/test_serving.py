@@ -1,4 +1,4 @@
-"""Dynamic batching (src/serving.py, pipeline.serve()): many threads and asyncio tasks, one input
+"""Dynamic batching (src/serving/server.py, pipeline.serve()): many threads and asyncio tasks, one input
 each, every result equal to the pipeline called alone on that input (and, for the recorded
 inputs, to the transformers / sentence-transformers outputs); a bad input fails only its caller;
 close() finishes the queued calls and refuses new ones; batches are really formed (pipeline calls

@@ -19,7 +19,7 @@ import shutil
 import pytest
 
 import transmuter
-from transmuter.preprocess.tokenizer import Tokenizer, TokenizerError
+from transmuter.preprocess.text.tokenizer import Tokenizer, TokenizerError
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nllb")
 HUB_NLLB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",

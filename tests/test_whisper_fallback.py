@@ -1,5 +1,5 @@
 """Whisper's temperature fallback, no-speech skip and condition_on_prev_tokens
-(pipelines/audio/whisper_fallback.py) against transformers' pipeline on the whisper fixture's
+(pipelines/audio/whisper/fallback.py) against transformers' pipeline on the whisper fixture's
 torch model over the 65 s of speech/long.flac (references/whisper_fallback.json, recorded by
 tests/support/record_whisper_fallback.py).
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import transmuter
-from transmuter.pipelines.audio import whisper_fallback as F
+from transmuter.pipelines.audio.whisper import fallback as F
 from transmuter.pipelines.base import PipelineError
 
 from .fixtures import ROOT

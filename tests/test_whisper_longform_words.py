@@ -31,7 +31,7 @@ def pipe(backend):
 @pytest.mark.parametrize("backend", ["jax", "mlx"])
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_matches_transformers(case, backend, monkeypatch):
-    from transmuter.pipelines.audio.whisper import Head
+    from transmuter.pipelines.audio.whisper.pipeline import Head
 
     seen, forward = [], Head.forward
 

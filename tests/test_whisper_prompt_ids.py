@@ -1,4 +1,4 @@
-"""Whisper's ``prompt_ids`` / ``prompt_condition_type`` (pipelines/audio/whisper_prompt_ids.py)
+"""Whisper's ``prompt_ids`` / ``prompt_condition_type`` (pipelines/audio/whisper/prompt_ids.py)
 against transformers' pipeline on the whisper fixture's torch model
 (references/whisper_prompt_ids.json, recorded by tests/support/record_whisper_prompt_ids.py):
 short form (greedy, timestamps, beams, detected language, a batch, chunked) and sequential long
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import transmuter
-from transmuter.pipelines.audio import whisper as W
-from transmuter.pipelines.audio.whisper_prompt_ids import GivenPrompt, get_prompt_ids
+from transmuter.pipelines.audio.whisper import pipeline as W
+from transmuter.pipelines.audio.whisper.prompt_ids import GivenPrompt, get_prompt_ids
 from transmuter.pipelines.base import PipelineError
 
 from .fixtures import ROOT

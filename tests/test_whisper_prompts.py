@@ -11,7 +11,7 @@ import pytest
 from transmuter.generation import GenerationConfig
 from transmuter.generation.seq2seq import Encoded
 from transmuter.pipelines import PipelineError
-from transmuter.pipelines.audio.whisper import Head
+from transmuter.pipelines.audio.whisper.pipeline import Head
 
 from .fixtures import ROOT
 

@@ -1,4 +1,4 @@
-"""Whisper's ASR decoding (pipelines/audio/whisper_text.py) against transformers'
+"""Whisper's ASR decoding (pipelines/audio/whisper/text.py) against transformers'
 ``WhisperTokenizerFast._decode_asr`` and ``decode``, recorded by
 tests/support/record_whisper_text.py on synthetic model outputs (segments, strides, restarts,
 prompts, languages, empty chunks, word timestamps, random tokens) for the whisper fixture's
@@ -17,7 +17,7 @@ import pytest
 
 from transmuter.errors import InputError
 from transmuter.pipelines.audio import whisper_text as W
-from transmuter.preprocess.tokenizer import Tokenizer
+from transmuter.preprocess.text.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent
 REFERENCE = json.loads((ROOT / "fixtures" / "whisper" / "references" / "decode_asr.json")

@@ -1,4 +1,4 @@
-"""Whisper token timestamps (pipelines/audio/whisper_words.py) against transformers'
+"""Whisper token timestamps (pipelines/audio/whisper/words.py) against transformers'
 ``WhisperGenerationMixin._extract_token_timestamps``, recorded by
 tests/support/record_whisper_words.py on seeded cross-attentions (batches, num_frames forms,
 beams, NaN and tied cases: see there).
@@ -146,8 +146,8 @@ def test_the_recipe_gives_the_pipelines_words(case):
     """token timestamps from the export -> the generated tokens' part (what the pipeline hands
     _decode_asr, eos padding aside) -> _decode_asr, the chunks' strides in seconds: transformers'
     pipeline output, texts and times."""
-    from transmuter.pipelines.audio.whisper_text import decode_asr
-    from transmuter.preprocess.tokenizer import Tokenizer
+    from transmuter.pipelines.audio.whisper.text import decode_asr
+    from transmuter.preprocess.text.tokenizer import Tokenizer
 
     tok, ref = Tokenizer.from_repo(TIMESTAMPED), np.load(ALIGNMENT)
     language = case["call_kwargs"].get("return_language")

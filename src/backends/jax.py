@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 
 from . import NotConcrete, common
-from .. import compile_cache
+from . import compile_cache
 from ..errors import InputError
 
 
@@ -223,7 +223,7 @@ class JaxBackend:
 
     def persistent_cache(self, option=None):
         """A context for a call that compiles: JAX's persistent compilation cache as ``option``
-        (``compile_cache=``) asks, turned on at the first compile (compile_cache.py)."""
+        (``compile_cache=``) asks, turned on at the first compile (backends/compile_cache.py)."""
         return compile_cache.scope(option)
 
 

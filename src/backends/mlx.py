@@ -13,7 +13,7 @@ follows compiles again. This was chosen over emulating the types in uint8 storag
 arithmetic: every op (Cast, QuantizeLinear, Reshape, Concat, ...) is then right by construction,
 with ml_dtypes' rounding, and outputs of those types come back as the NumPy arrays the graph
 declares. The cost is host work (and a device round trip) at each node touching such a value
-computed from data; compiled.py keys those values by shape, so new values do not recompile.
+computed from data; engine/compiled.py keys those values by shape, so new values do not recompile.
 Quantized weights are host constants, so DequantizeLinear (quantize.py converts a host int4 or
 float8 weight to float32 on the host first), MatMulNBits and GatherBlockQuantized stay compiled."""
 

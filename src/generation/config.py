@@ -7,6 +7,7 @@ import dataclasses
 import math
 
 from ..errors import InputError
+from ..options import positive_int
 
 # transformers' default max_length when neither max_length nor max_new_tokens is set.
 DEFAULT_MAX_LENGTH = 20
@@ -84,16 +85,16 @@ class GenerationConfig:
                 _id_list(getattr(self, name), name, one=True)
         if self.forced_eos_token_id is not None:
             _id_list(self.forced_eos_token_id, "forced_eos_token_id")
-        _positive_int(self.max_length, "max_length")
+        positive_int(self.max_length, "max_length", InputError)
         if self.max_new_tokens is not None:
-            _positive_int(self.max_new_tokens, "max_new_tokens")
+            positive_int(self.max_new_tokens, "max_new_tokens", InputError)
         _nonneg_int(self.min_length, "min_length")
         if self.min_new_tokens is not None:
             _nonneg_int(self.min_new_tokens, "min_new_tokens")
         _nonneg_int(self.no_repeat_ngram_size, "no_repeat_ngram_size")
         _nonneg_int(self.top_k, "top_k")
-        _positive_int(self.num_beams, "num_beams")
-        _positive_int(self.num_return_sequences, "num_return_sequences")
+        positive_int(self.num_beams, "num_beams", InputError)
+        positive_int(self.num_return_sequences, "num_return_sequences", InputError)
         if self.num_return_sequences > max(self.num_beams, 1) and not self.do_sample:
             raise InputError(f"num_return_sequences={self.num_return_sequences} needs "
                              f"num_beams >= it (got {self.num_beams}) or do_sample=True")
@@ -157,10 +158,6 @@ def _number(x):
     """A finite int or float (nan and inf are no temperature, penalty or probability)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
-
-def _positive_int(x, name):
-    if not isinstance(x, int) or isinstance(x, bool) or x < 1:
-        raise InputError(f"{name} must be a positive int, got {x!r}")
 
 
 def _nonneg_int(x, name):

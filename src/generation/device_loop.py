@@ -26,7 +26,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from ..compiled import CompiledFunction
+from ..engine.compiled import compile
 from ..errors import InputError, StaticInputError
 from . import processors as _processors, sampling as _sampling
 from .cache import write_rows
@@ -62,7 +62,7 @@ class DeviceLoop:
         self.gen, self.layout, self.xp = gen, layout, backend.xp
         # the step is traced inside the loop: its inputs are tracers, so no index checks there
         # (the prompt's ids were checked by the host call that ran it)
-        self.fn = CompiledFunction(gen.model, static_inputs=layout.static_inputs, cache_size=2,
+        self.fn = compile(gen.model, static_inputs=layout.static_inputs, cache_size=2,
                                    checks=False)
         self._loops = {}
         self.calls = 0  # device calls made (a stream of n tokens: ceil(n / every))

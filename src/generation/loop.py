@@ -15,9 +15,9 @@ import functools
 import numpy as np
 
 from ..backends.numpy import XP as HOST
-from ..compiled import CompiledFunction
+from ..engine.compiled import compile
 from ..errors import InputError
-from ..hub import POSITION_LIMITS
+from ..hub.repo import POSITION_LIMITS
 from .cache import CacheLayout, write_presents, write_rows
 from .beam import BeamSearch
 from .processors import State, build as build_processors
@@ -48,15 +48,15 @@ class Generator:
         size = _GROW_CACHE_SIZE if grow else cache_size
         # an in-place cache's presents replace its pasts: the step writes into their buffers
         donate = [p.name for p, _ in self.layout.pairs] if self.layout.mode == "inplace" else ()
-        self.fn = CompiledFunction(model, static_inputs=self.layout.static_inputs,
+        self.fn = compile(model, static_inputs=self.layout.static_inputs,
                                    cache_size=size, donate=donate)
         if first is not None:
-            self.first_fn = CompiledFunction(first, static_inputs=self.layout.first_static,
+            self.first_fn = compile(first, static_inputs=self.layout.first_static,
                                              cache_size=size)
         elif self.layout.first_static == self.layout.static_inputs:
             self.first_fn = self.fn
         else:
-            self.first_fn = CompiledFunction(model, static_inputs=self.layout.first_static,
+            self.first_fn = compile(model, static_inputs=self.layout.first_static,
                                              cache_size=size)
         self.dtypes = {v.name: v.dtype for v in model.inputs}
         # the first call's graph: the merged decoder itself, or a split pair's without past

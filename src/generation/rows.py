@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from ..pipelines.buckets import next_pow2
+from ..buckets import next_pow2
 from .cache import write_presents
 from .steppers import FixedCache, _Stepper
 

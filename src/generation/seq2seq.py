@@ -18,9 +18,9 @@ import collections
 
 import numpy as np
 
-from ..compiled import CompiledFunction
+from ..engine.compiled import compile
 from ..errors import InputError
-from ..pipelines.buckets import next_pow2
+from ..buckets import next_pow2
 from .loop import Generator
 
 ENCODER_OUTPUTS = ("encoder_hidden_states", "encoder_attention_mask")
@@ -40,7 +40,7 @@ class Seq2SeqGenerator:
             raise InputError("The encoder graph has no outputs")
         self.encoder = encoder
         self.encoder_inputs = {v.name: v.dtype for v in encoder.inputs}
-        self.encoder_fn = CompiledFunction(encoder, cache_size=8)
+        self.encoder_fn = compile(encoder, cache_size=8)
         self.decoder = Generator(decoder, model_config, extra_inputs=ENCODER_OUTPUTS,
                                  first=first_decoder)
         self.decoder_inputs = {v.name for g in (decoder, first_decoder) if g is not None

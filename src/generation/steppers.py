@@ -21,7 +21,7 @@ on all three). A generated token's position continues from the row's largest pro
 import numpy as np
 
 from ..errors import InputError
-from ..pipelines.buckets import next_pow2, prompt_chunks
+from ..buckets import next_pow2, prompt_chunks
 
 # Cache buffers are at least this long, so short prompts of any length share one decode shape.
 MIN_CAPACITY = 64

@@ -52,7 +52,7 @@ class TransmuterPredictor:
             raise PipelineError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         if not isinstance(prefix, str):
             raise PipelineError(f"prefix must be a str, got {prefix!r}")
-        from .. import pipeline
+        from ..pipelines import pipeline
 
         try:
             self.pipeline = pipeline(task, model, **options)

@@ -5,7 +5,7 @@ Tile, ConstantOfShape, Range, Pad, OneHot, Resize, refused before they allocate)
 
 ONNX Runtime refuses an index past its axis; a compiled gather cannot raise (JAX reads NaN or
 clamps, MLX reads past the buffer), so the checks happen on the host, where the values are known
-(index_checks.py): static indices when their node runs, the caller's inputs before each call.
+(engine/checks/indices.py): static indices when their node runs, the caller's inputs before each call.
 
     @op("Gather", 1, indices={1: Along(data=0)})        # indices pick along data's ``axis``
     @op("GatherND", 11, indices={1: Leading(data=0, batch="batch_dims")})
@@ -65,7 +65,7 @@ class TooLarge(MemoryError):
 
 def max_array_bytes():
     """The largest array an op may make, and the most a run's live values may take together
-    (live_bytes.py): TRANSMUTER_MAX_ARRAY_BYTES, else the machine's memory or, when the process
+    (engine/live_bytes.py): TRANSMUTER_MAX_ARRAY_BYTES, else the machine's memory or, when the process
     has an address-space limit (RLIMIT_AS), what is left of it: more is a shape gone wrong or a
     batch that cannot fit, refused with its size before the backend fails on it."""
     given = os.environ.get("TRANSMUTER_MAX_ARRAY_BYTES")

@@ -22,7 +22,7 @@ import numpy as np
 from .bounds import TooLarge
 from .registry import NeedsStatic, op
 from ..backends import NotConcrete
-from ..runner import NeedsHost, is_static
+from .values import NeedsHost, is_static
 
 
 class _Traced(Exception):

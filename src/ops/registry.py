@@ -21,7 +21,7 @@ Registration metadata tells the runner what it needs, so the runner never branch
   (MatMulNBits keeps its packed bytes as uint32 words and its zero points as floats).
 - ``indices``: {input position: bounds.Along / bounds.Leading}: that input indexes another
   (Gather's indices into its data); out-of-range values are refused on the host
-  (index_checks.py), since a compiled gather cannot raise.
+  (engine/checks/indices.py), since a compiled gather cannot raise.
 """
 
 import dataclasses

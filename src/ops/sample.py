@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from .registry import NeedsStatic, op
-from ..runner import is_static
+from .values import is_static
 
 
 def _float(xp, x):

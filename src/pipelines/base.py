@@ -18,13 +18,12 @@ import itertools
 
 import numpy as np
 
-from ..errors import TransmuterError
-from ..sharding import row_multiple
-from . import buckets, prefetch
-
-
-class PipelineError(TransmuterError, ValueError):
-    """A pipeline was given an input or option it cannot use, or a model it cannot run."""
+from ..errors import PipelineError, TransmuterError
+from ..options import positive_int
+from ..serving import Server
+from ..engine.sharding import row_multiple
+from .. import buckets
+from . import prefetch
 
 
 class Pipeline:
@@ -49,8 +48,8 @@ class Pipeline:
                  cache_size=buckets.COMPILED_CACHE_SIZE, **defaults):
         self.model, self.repo = model, repo
         self.config = dict(config or {})
-        self.batch_size = _positive_int(batch_size, "batch_size")
-        self.cache_size = _positive_int(cache_size, "cache_size")
+        self.batch_size = positive_int(batch_size, "batch_size")
+        self.cache_size = positive_int(cache_size, "cache_size")
         self.progress = progress
         self._inputs = {v.name: v for v in model.inputs}
         self._defaults = defaults
@@ -90,7 +89,7 @@ class Pipeline:
         wrong type) gets its error (a TransmuterError naming it) in its result's place, and the
         others run on; "raise" (the default) raises it at its turn."""
         params = self._sanitize_parameters(**{**self._defaults, **kwargs})
-        batch_size = self.batch_size if batch_size is None else _positive_int(batch_size,
+        batch_size = self.batch_size if batch_size is None else positive_int(batch_size,
                                                                               "batch_size")
         progress = self.progress if progress is None else progress
         if on_error not in ON_ERROR:
@@ -112,9 +111,15 @@ class Pipeline:
         server.acall(x)``), one input per call; calls arriving within ``batch_timeout_ms``
         (default 5) run as one call on a list of up to ``max_batch_size`` (default
         ``batch_size``) inputs. text-generation gets a ``ContinuousServer`` instead
-        (generation/continuous.py: ``max_batch_size`` rows of one running decode)."""
-        from ..serving import serve
-        return serve(self, max_batch_size, batch_timeout_ms, **call_options)
+        (pipelines/text/continuous.py: ``max_batch_size`` rows of one running decode)."""
+        if self.generates:
+            raise PipelineError(
+                f"{self.task} generates (a decoding loop per input): pipeline.serve() batches "
+                "non-generating tasks, and text-generation by continuous batching; this task's "
+                "decoder (an encoder-decoder or speech model) is not served. Call the pipeline "
+                "on a list (batch_size=) instead.")
+        return Server(self, max_batch_size, 5 if batch_timeout_ms is None else batch_timeout_ms,
+                      **call_options)
 
     @property
     def generates(self):
@@ -236,16 +241,16 @@ class Pipeline:
         return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
 
     def _run_model(self, feed, model=None, rng_seed=None):
-        """The graph's outputs (NumPy) for ``feed``; the first call compiles (compiled.py),
+        """The graph's outputs (NumPy) for ``feed``; the first call compiles (engine/compiled.py),
         later ones reuse the compiled function, which compiles each new padded shape once. The
         function lives on the model (``model.shared``), so pipelines over one model share it and
         it dies with the model."""
-        from ..compiled import CompiledFunction
+        from ..engine.compiled import compile
         model = self.model if model is None else model
         fn = model.shared.get("compiled")
         if fn is None:
             # made empty, not by transmuter.compile, which would run this batch once more
-            fn = model.shared["compiled"] = CompiledFunction(model, cache_size=self.cache_size)
+            fn = model.shared["compiled"] = compile(model, cache_size=self.cache_size)
         return {k: np.asarray(v) for k, v in fn(feed, rng_seed=rng_seed).items()}
 
     def output(self, outputs, *names):
@@ -287,8 +292,3 @@ def _ran(chunks):
     """Whether an input's preprocessing gave chunks (else it gave its error: on_error="return")."""
     return not isinstance(chunks, TransmuterError)
 
-
-def _positive_int(value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PipelineError(f"{what} must be a positive int, got {value!r}")
-    return value

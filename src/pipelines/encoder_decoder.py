@@ -3,7 +3,7 @@ model, shared by the pipelines over it (each step shape compiles once); it lives
 (``model.shared``) and dies with it."""
 
 from ..generation.seq2seq import Seq2SeqGenerator
-from .base import PipelineError
+from ..errors import PipelineError
 
 
 def generator(model, config, repo=None, encoder=None, encoder_variant=None):
@@ -29,7 +29,7 @@ def has_past(model):
 def load_with_past(repo, decoder, variant):
     """A split pair's decoder_with_past_model, in ``decoder``'s precision as load_encoder picks
     it."""
-    from ..model import load_beside
+    from ..hub.load import load_beside
 
     files = repo.onnx_files() if repo is not None else []
     if not any(f.rsplit("/", 1)[-1].startswith("decoder_with_past_model") for f in files):
@@ -44,7 +44,7 @@ def load_with_past(repo, decoder, variant):
 def load_encoder(repo, decoder, variant):
     """The repo's encoder_model: the decoder's half precision when its encoder input is half,
     else ``variant`` or the repo's default (config.json / fp32 first)."""
-    from ..model import load_beside
+    from ..hub.load import load_beside
 
     if repo is None:
         raise PipelineError("An encoder-decoder model loaded by hand needs encoder= (the "

@@ -2,7 +2,7 @@
 declares it needs (``featurizers``: a tokenizer, an image processor)."""
 
 from . import registry
-from .base import PipelineError
+from ..errors import PipelineError
 
 
 def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_extractor=None,
@@ -32,7 +32,8 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     the pipeline.
     """
     from .. import hub
-    from ..model import Model, load
+    from ..engine.model import Model
+    from ..hub.load import load
 
     cls = registry.get(task)
     if model is None:
@@ -76,7 +77,7 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
 
 def _tokenizer(tokenizer, repo, where):
     from .. import hub
-    from ..preprocess.tokenizer import Tokenizer
+    from ..preprocess.text.tokenizer import Tokenizer
 
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
@@ -119,13 +120,13 @@ def _largest_id(tokenizer):
 
 
 def _image_processor(processor, repo, where):
-    from ..preprocess.image import ImageProcessor
+    from ..preprocess.image.load import ImageProcessor
 
     return _preprocessor(processor, repo, where, ImageProcessor, "image_processor", "images")
 
 
 def _feature_extractor(extractor, repo, where):
-    from ..preprocess.audio_features import FeatureExtractor
+    from ..preprocess.audio.features import FeatureExtractor
 
     return _preprocessor(extractor, repo, where, FeatureExtractor, "feature_extractor", "audio")
 

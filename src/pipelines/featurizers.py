@@ -9,8 +9,8 @@ is (batches are sorted by it), and pads a batch of items to a compiled shape (``
 
 import numpy as np
 
-from . import buckets
-from .base import PipelineError
+from .. import buckets
+from ..errors import PipelineError
 
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .base import PipelineError
+from ..errors import PipelineError
 
 FUNCTIONS = ("softmax", "sigmoid", "none")
 

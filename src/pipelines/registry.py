@@ -6,7 +6,7 @@ import every task."""
 import importlib
 import re
 
-from .base import PipelineError
+from ..errors import PipelineError
 
 # task -> (module under transmuter.pipelines, class name)
 TASKS = {

@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-from .base import PipelineError
+from ..errors import PipelineError
 from .featurizers import TEXT_INPUTS
 
 LABEL_SETS_KEPT = 8  # label-set embeddings a split pipeline keeps (one call's set is reused)
@@ -52,7 +52,7 @@ def component(repo, split):
 
 def load_text_model(repo, half, variant, what):
     """The repo's text_model.onnx, loaded as ``half`` was."""
-    from ..model import load_beside
+    from ..hub.load import load_beside
 
     if repo is None:
         raise PipelineError(f"A split {what} loaded by hand needs text_model= (the text half's "

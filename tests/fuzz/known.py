@@ -38,7 +38,7 @@ KNOWN = {
     "inputs/huge-dim mlx * | crash SIGSEGV":
         "a batch of 100,000 (640 MB) through the whisper encoder on MLX, compiled, under the "
         "worker's 6 GB address space: MLX segfaults when an allocation fails (1412:96). The "
-        "live-bytes bound (live_bytes.py) does not see it: a compiled segment's count frees "
+        "live-bytes bound (engine/live_bytes.py) does not see it: a compiled segment's count frees "
         "each value after its last reader, and MLX's compiled CPU run holds far more (batch "
         "20,000: mx.get_peak_memory 4.9 GiB where the count peaks at 0.61 GiB; eager: 3.1 GiB, "
         "counted 13.3 GiB as eager holds every value)",

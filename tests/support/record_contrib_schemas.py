@@ -1,7 +1,7 @@
 """Records ONNX Runtime's schemas of the com.microsoft ops Transmuter runs (and of its own ops in
 the default domain that onnx does not define: SimplifiedLayerNormalization) into
 src/ops/contrib/schemas.py: each op's inputs and outputs (name, type parameter, optional or
-not), its type constraints and its attributes' types. validate.py checks contrib nodes against it
+not), its type constraints and its attributes' types. engine/checks/validate.py checks contrib nodes against it
 as onnx.checker checks standard ones (onnx has no schema for them; onnxruntime is no dependency).
 
     python tests/support/record_contrib_schemas.py   # any python with onnxruntime and transmuter

@@ -10,8 +10,7 @@ Scores, softmax and the weighted sum run in f32."""
 
 import numpy as np
 
-from ..attention import (NEG_INF, apply_softcap, f32, grouped_scores, grouped_values,
-                         merge_heads, safe_softmax, smooth_softmax)
+from ..attention import (NEG_INF, apply_softcap, f32, grouped_scores, grouped_values, merge_heads, safe_softmax, smooth_softmax)
 from ..registry import op
 from ..transformer_blocks import rotate_partial
 

@@ -329,7 +329,7 @@ def _check_block_shapes(data, scales, zero_points, packed, *, bits, block_size, 
 def _rows_in_range(xp, indices, size):
     """(indices made safe to take, where each was in [-size, size - 1]): an index past the axis
     gives a row of zeros, as in ONNX Runtime's kernel. Indices known on the host were refused
-    before (index_checks.py); computed ones must not read past the buffer (MLX crashes)."""
+    before (engine/checks/indices.py); computed ones must not read past the buffer (MLX crashes)."""
     if isinstance(indices, (np.ndarray, np.generic)):
         return indices, None
     valid = (indices >= -size) & (indices < size)

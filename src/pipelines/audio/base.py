@@ -2,7 +2,7 @@
 
 import itertools
 
-from ...preprocess.audio import is_audio
+from ...preprocess.audio.load import is_audio
 from ..base import Pipeline
 from ..featurizers import AudioFeaturizer
 
@@ -40,7 +40,7 @@ class AudioPipeline(Pipeline):
 
     def samples(self, inputs):
         """float32 mono samples of one input at the feature extractor's rate."""
-        from ...preprocess.audio import load_audio
+        from ...preprocess.audio.load import load_audio
 
         return load_audio(inputs, self.sampling_rate, mix_channels=self.mix_channels)
 

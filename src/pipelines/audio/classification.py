@@ -5,7 +5,7 @@ classifiers, Whisper-encoder classifiers).
     pipe(clips, top_k=None, function_to_apply="sigmoid")   # every label, multi-label scores
 """
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..heads import apply, check_function, ranked
 from .base import AudioPipeline
 

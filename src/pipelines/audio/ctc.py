@@ -11,7 +11,7 @@ import operator
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 
 
 def is_ctc(config, model):
@@ -22,7 +22,7 @@ def is_ctc(config, model):
 
 class Head:
     def __init__(self, pipe, model, config, **_):
-        from ...preprocess.ctc_tokenizer import CTCTokenizer
+        from ...preprocess.text.ctc import CTCTokenizer
 
         if not isinstance(pipe.tokenizer, CTCTokenizer):
             raise PipelineError("A CTC model needs its Wav2Vec2CTCTokenizer (vocab.json and "

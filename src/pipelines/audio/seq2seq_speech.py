@@ -23,8 +23,8 @@ from ...generation import GenerationConfig
 from ...generation.config import check_options
 from ...generation.seq2seq import Encoded
 from .. import encoder_decoder
-from ..base import PipelineError
-from ..buckets import next_pow2
+from ...errors import PipelineError
+from ...buckets import next_pow2
 
 # transformers' AutomaticSpeechRecognitionPipeline._default_generation_config
 PIPELINE_DEFAULTS = {"max_new_tokens": 256, "num_beams": 5}

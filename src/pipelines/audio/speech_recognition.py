@@ -13,7 +13,7 @@ and of other recordings share batches, and their outputs are merged as transform
 (CTC: the strides' frames dropped; Whisper: the tokenizer's ``_decode_asr``).
 """
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from .base import AudioPipeline
 
 
@@ -25,7 +25,8 @@ class AutomaticSpeechRecognitionPipeline(AudioPipeline):
 
     def __init__(self, model, config=None, *, tokenizer, repo=None, encoder=None,
                  encoder_variant=None, **kwargs):
-        from . import ctc, seq2seq_speech, whisper
+        from . import ctc, seq2seq_speech
+        from .whisper import pipeline as whisper
 
         self.tokenizer = tokenizer
         kind = whisper if whisper.is_whisper(config) else \

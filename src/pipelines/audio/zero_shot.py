@@ -13,11 +13,10 @@ ClapModel's ``logit_scale * unit(audio_embeds) @ unit(text_embeds).T``, with eac
 embeddings computed once and kept.
 """
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import softmax
-from ..zero_shot_labels import (LabelEmbeddings, ZeroShotLabels, check_scale, component,
-                                load_text_model)
+from ..zero_shot_labels import (LabelEmbeddings, ZeroShotLabels, check_scale, component, load_text_model)
 from .base import AudioPipeline
 
 

@@ -2,7 +2,7 @@
 and the check of a text input."""
 
 from ...errors import InputError
-from .. import buckets
+from ... import buckets
 from ..base import Pipeline
 from ..featurizers import TextFeaturizer
 

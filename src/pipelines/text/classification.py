@@ -9,7 +9,7 @@ one-label cross-encoder it stands for: LABEL_0, its sentence-transformers CrossE
 score (LogitScore through a sigmoid) as the score.
 """
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..heads import apply, check_function, text_function
 from .base import TextPipeline, check_text
 from .logit_score import LogitScorer, logit_score_config

@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from . import st_modules
 from .base import TextPipeline, check_text
 

@@ -6,7 +6,7 @@
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..heads import softmax
 from .base import TextPipeline, check_text
 

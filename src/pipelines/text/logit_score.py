@@ -15,9 +15,9 @@ import posixpath
 import numpy as np
 
 from ...generation import Generator
-from ...preprocess import chat_template
-from ..base import PipelineError
-from ..buckets import next_pow2
+from ...preprocess.text import chat_template
+from ...errors import PipelineError
+from ...buckets import next_pow2
 
 PAIR_ROLES = ("query", "document")
 # sentence-transformers derives the template's tail from two renders whose contents differ

@@ -10,7 +10,7 @@ tokens; each window is a chunk (a row of a batch), and the best spans over all w
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from .base import TextPipeline, check_text
 
 

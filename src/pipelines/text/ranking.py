@@ -15,7 +15,7 @@ model_max_length (not at ``sequence_length``: the decoder pads its prompts itsel
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..heads import sigmoid
 from .base import TextPipeline, check_text
 from .logit_score import LogitScorer, logit_score_config

@@ -16,7 +16,7 @@ import zipfile
 import ml_dtypes
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 
 _SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
                        "BF16": ml_dtypes.bfloat16, "I64": np.int64, "I32": np.int32,

@@ -23,7 +23,7 @@ target's token forced first (``forced_bos_token_id``). ``translation`` needs bot
 from ...generation import GenerationConfig
 from ...generation.config import OPTIONS, check_options
 from .. import encoder_decoder
-from ..base import PipelineError
+from ...errors import PipelineError
 from .base import TextPipeline, check_text
 
 # transformers' Text2TextGenerationPipeline._default_generation_config (4.57): beam search.

@@ -19,10 +19,11 @@ from ...generation import GenerationConfig, Generator
 from ...generation.config import check_options
 from ...generation.loop import token_summary
 from ...generation.streaming import stream as stream_text
-from ...preprocess import chat_template
-from ...preprocess.tokenizer import clean_up_tokenization
-from ..base import PipelineError
+from ...preprocess.text import chat_template
+from ...preprocess.text.tokenizer import clean_up_tokenization
+from ...errors import PipelineError
 from .base import TextPipeline, check_text
+from .continuous import ContinuousServer
 
 # Tokens per device call when a stream runs with device_loop=True (an int sets its own).
 STREAM_EVERY = 8
@@ -43,6 +44,11 @@ class TextGenerationPipeline(TextPipeline):
         if any(n.startswith("model") for n in names):
             return "model"
         return "decoder_model_merged"
+
+    def serve(self, max_batch_size=None, batch_timeout_ms=None, **call_options):
+        """A ``ContinuousServer`` (continuous.py): ``max_batch_size`` rows of one running decode
+        (default ``batch_size``), a new request joining it in a free row."""
+        return ContinuousServer(self, max_batch_size, batch_timeout_ms, **call_options)
 
     def __call__(self, inputs, *, stream=False, **kwargs):
         """With ``stream=True`` (one input): an iterator of new-text chunks (TextStreamer rule);

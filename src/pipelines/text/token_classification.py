@@ -11,7 +11,7 @@ largest compiled length (transformers' ``truncation=True``).
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..heads import softmax
 from .base import TextPipeline, check_text
 

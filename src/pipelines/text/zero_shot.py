@@ -9,7 +9,7 @@ entailment logit (id from label2id) scores it.
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from .base import TextPipeline, check_text
 
 

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import buckets
-from ..base import PipelineError
+from ... import buckets
+from ...errors import PipelineError
 from ..heads import sigmoid
 from .base import TextPipeline, check_text
 

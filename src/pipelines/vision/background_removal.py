@@ -8,15 +8,15 @@ As transformers.js 4.3 (src/pipelines/image-segmentation.js with no subtask, the
 background-removal.js): the graph's first output for the image ([1, H, W]); a sigmoid when any
 value lies outside [-1e-5, 1 + 1e-5] (BiRefNet gives logits, RMBG-1.4 and MODNet probabilities);
 times 255 in float32, truncated to uint8; resized to the input's size with transformers.js' Node
-resize (sharp's affine bilinear, preprocess/image_resize_sharp.py); put as the alpha of the
+resize (sharp's affine bilinear, preprocess/image/resize_sharp.py); put as the alpha of the
 input's RGB (an RGBA input's alpha is replaced). The graph's single input is fed the processor's
 pixel_values whatever its name (RMBG-1.4's and MODNet's is ``input``).
 """
 
 import numpy as np
 
-from ...preprocess.image_resize_sharp import sharp_bilinear
-from ..base import PipelineError
+from ...preprocess.image.resize_sharp import sharp_bilinear
+from ...errors import PipelineError
 from .base import VisionPipeline, image_size
 
 # transformers.js: "an epsilon to safeguard against numerical/precision issues when detecting the
@@ -45,7 +45,7 @@ class BackgroundRemovalPipeline(VisionPipeline):
         """The processed features, and the RGB pixels the cut-out is made of (load_image drops an
         alpha channel without compositing: an RGBA input keeps its RGB and gets the mask as its
         alpha, as transformers.js' putAlpha replaces it)."""
-        from ...preprocess.image import load_image
+        from ...preprocess.image.load import load_image
 
         loaded = load_image(image)
         return {"image": self.image_processor(loaded), "cutout_source": loaded}

@@ -35,7 +35,7 @@ class VisionPipeline(Pipeline):
 
     def features(self, image):
         """A chunk for one image: its processed features under ``image``."""
-        from ...preprocess.image import load_image
+        from ...preprocess.image.load import load_image
 
         return {"image": self.image_processor(load_image(image))}
 

@@ -4,7 +4,7 @@
     pipe(["a.jpg", "b.jpg"], top_k=1)    -> [[{...}], [{...}]]
 """
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..heads import apply, check_function, image_function, ranked
 from .base import VisionPipeline
 

@@ -13,7 +13,7 @@ for Conditional and Deformable DETR (their processors' post_process_object_detec
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..heads import sigmoid, softmax
 from .base import VisionPipeline, image_size
 

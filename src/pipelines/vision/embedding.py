@@ -10,7 +10,7 @@
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from .base import VisionPipeline
 
 # image-embedding: the first output present, in this order

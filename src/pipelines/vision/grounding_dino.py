@@ -21,7 +21,7 @@ length together.
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import sigmoid
 from .base import image_size

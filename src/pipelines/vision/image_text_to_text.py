@@ -32,10 +32,11 @@ from ...errors import InputError
 from ...generation import GenerationConfig, Generator
 from ...generation.config import check_options
 from ...generation.streaming import stream as stream_text
-from ...preprocess import chat_template
-from ...preprocess.image import load_image
-from ...preprocess.tokenizer import clean_up_tokenization
-from ..base import Pipeline, PipelineError, generation_options
+from ...preprocess.text import chat_template
+from ...preprocess.image.load import load_image
+from ...preprocess.text.tokenizer import clean_up_tokenization
+from ..base import Pipeline, generation_options
+from ...errors import PipelineError
 from .vlm_families import family_of
 
 PIPELINE_DEFAULTS = {"max_new_tokens": 256}  # transformers' _default_generation_config (4.57)
@@ -187,8 +188,8 @@ class ImageTextToTextPipeline(Pipeline):
             return embeds
         fn = self.vision.shared.get("compiled")
         if fn is None:
-            from ...compiled import CompiledFunction
-            fn = self.vision.shared["compiled"] = CompiledFunction(self.vision,
+            from ...engine.compiled import compile
+            fn = self.vision.shared["compiled"] = compile(self.vision,
                                                                    cache_size=self.cache_size)
         features = self.family.features(fn, chunk["vision"])
         at = np.nonzero(np.asarray(chunk["ids"]) == self.image_token_id)[0]
@@ -270,10 +271,10 @@ class EmbedsGenerator(Generator):
     one per prompt, None or its [3, n] M-RoPE positions (the steppers' ``row_positions``)."""
 
     def __init__(self, model, model_config, embed_model):
-        from ...compiled import CompiledFunction
+        from ...engine.compiled import compile
 
         super().__init__(model, model_config)
-        self.embed_fn = CompiledFunction(embed_model)
+        self.embed_fn = compile(embed_model)
         self._rows = self.row_positions = None
 
     def embed_ids(self, ids):
@@ -309,7 +310,7 @@ class EmbedsGenerator(Generator):
 
 def _side_model(repo, model, component, variant, required=True):
     """The repo's ``component`` graph (onnx/vision_encoder*, embed_tokens*) beside ``model``."""
-    from ...model import load_beside
+    from ...hub.load import load_beside
 
     if repo is None:
         raise PipelineError(f"A model loaded by hand needs {component}= (its transmuter.Model) "

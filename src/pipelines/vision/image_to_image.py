@@ -11,7 +11,7 @@ a 64x64 image through an x2 model gives 144x144, as transformers' own docstring 
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from .base import VisionPipeline
 
 

@@ -23,7 +23,8 @@ from ...generation import GenerationConfig
 from ...generation.config import OPTIONS, check_options
 from ...generation.seq2seq import Encoded
 from .. import encoder_decoder
-from ..base import PipelineError, generation_options
+from ..base import generation_options
+from ...errors import PipelineError
 from .base import VisionPipeline
 
 # transformers' ImageToTextPipeline._default_generation_config (4.57)
@@ -39,7 +40,7 @@ class ImageToTextPipeline(VisionPipeline):
 
     def __new__(cls, model, config=None, **kwargs):
         if cls is ImageToTextPipeline and (config or {}).get("model_type") == "florence2":
-            from .florence2 import Florence2Pipeline  # its own graphs, prompts and parsing
+            from .florence2.pipeline import Florence2Pipeline  # its own graphs, prompts and parsing
             cls = Florence2Pipeline
         return super().__new__(cls)
 

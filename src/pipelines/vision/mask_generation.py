@@ -28,7 +28,7 @@ import re
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from . import sam
 from .base import VisionPipeline
 from .interpolate import bilinear
@@ -256,7 +256,7 @@ def _family(model):
 
 
 def _load_decoder(repo, model):
-    from ...model import load_beside
+    from ...hub.load import load_beside
 
     if repo is None:
         raise PipelineError(f"A SAM vision encoder loaded by hand needs {DECODER}= (the decoder's "

@@ -10,8 +10,8 @@ maskformer.py).
 
 import numpy as np
 
-from ...preprocess.image_processor import processor_type
-from ..base import PipelineError
+from ...preprocess.image.processor import processor_type
+from ...errors import PipelineError
 from .base import VisionPipeline, image_size
 from .interpolate import bilinear
 from .maskformer import instance_segments, resized_masks

@@ -12,10 +12,10 @@ import numpy as np
 
 from ...errors import InputError
 from ...generation.mrope import rope_index
-from ...preprocess import image_idefics3 as idefics3
-from ...preprocess import image_qwen2vl as qwen2vl
-from .. import buckets
-from ..base import PipelineError
+from ...preprocess.image.families import idefics3 as idefics3
+from ...preprocess.image.families import qwen2vl as qwen2vl
+from ... import buckets
+from ...errors import PipelineError
 
 # How far the padded features may stray from the unpadded ones on the first call (relative to
 # their largest): XLA sums in another order at another shape (float32: ~1e-6), where an image

@@ -12,11 +12,10 @@ with only those needs ``logit_scale=`` (and ``logit_bias=``), the trained values
 """
 
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import sigmoid, softmax
-from ..zero_shot_labels import (LabelEmbeddings, ZeroShotLabels, check_scale, component,
-                                load_text_model)
+from ..zero_shot_labels import (LabelEmbeddings, ZeroShotLabels, check_scale, component, load_text_model)
 from .base import VisionPipeline
 
 SIGLIP_LENGTH = 64  # ZeroShotImageClassificationPipeline.preprocess: max_length=64 for SigLIP

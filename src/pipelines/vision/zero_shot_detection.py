@@ -19,7 +19,7 @@ logic is grounding_dino.py's; this class hands such a model (config.json's model
 
 import numpy as np
 
-from ..base import PipelineError
+from ...errors import PipelineError
 from ..featurizers import TEXT_INPUTS
 from ..heads import sigmoid
 from .base import VisionPipeline, image_size, is_image
