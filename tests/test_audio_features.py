@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from transmuter.errors import InputError
-from transmuter.preprocess import audio_spectrogram as S
+from transmuter.preprocess.audio import spectrogram as S
 from transmuter.preprocess.audio.features import FeatureExtractor
 
 from .support import record_audio_features as rec

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from transmuter.errors import InputError
-from transmuter.preprocess import image_resize_fast as R
+from transmuter.preprocess.image import resize_fast as R
 from transmuter.preprocess.image.load import ImageProcessor
 
 from .support import image_cases

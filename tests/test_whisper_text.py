@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from transmuter.errors import InputError
-from transmuter.pipelines.audio import whisper_text as W
+from transmuter.pipelines.audio.whisper import text as W
 from transmuter.preprocess.text.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from transmuter.errors import InputError
-from transmuter.pipelines.audio import whisper_words as W
+from transmuter.pipelines.audio.whisper import words as W
 
 ROOT = pathlib.Path(__file__).resolve().parent
 REFERENCE = np.load(ROOT / "fixtures" / "whisper" / "references" / "whisper_words.npz")

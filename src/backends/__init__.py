@@ -3,6 +3,8 @@ compile, and moves between host and device. ``numpy`` holds host (static) values
 
 import importlib
 
+from ..errors import InputError
+
 NAMES = ("jax", "mlx")
 
 
@@ -13,8 +15,6 @@ class NotConcrete(Exception):
 def get(name: str):
     """The backend object called ``name`` ("jax" or "mlx")."""
     if name not in NAMES:
-        from ..errors import InputError
-
         raise InputError(f"Unknown backend {name!r}: choose one of {', '.join(NAMES)}")
     try:
         module = importlib.import_module(f"{__name__}.{name}")

@@ -2,6 +2,9 @@
 
 import numpy as np
 
+from .. import dtypes
+from . import NotConcrete
+
 # Primitives that the host namespace borrows from JAX (evaluated eagerly on the CPU).
 PRIMITIVES = frozenset({"conv", "conv_transpose", "reduce_window", "topk", "fft", "random"})
 
@@ -34,13 +37,9 @@ class Namespace:
         return shifted - self.log(self.sum(self.exp(shifted), axis=axis, keepdims=True))
 
     def is_float(self, x):
-        from .. import dtypes
-
         return dtypes.is_float(self.dtype_of(x))
 
     def is_half(self, x):
-        from .. import dtypes
-
         return dtypes.is_half(self.dtype_of(x))
 
     def is_concrete(self, x):
@@ -61,8 +60,6 @@ class Namespace:
 
     def while_loop(self, cond_fn, body_fn, init):
         """Raises NotConcrete when the condition is only known inside a trace."""
-        from . import NotConcrete
-
         state = init
         while True:
             flag = cond_fn(state)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import common
+from .jax import BACKEND as jax_backend
 
 
 class NumpyNamespace(common.Namespace):
@@ -51,8 +52,6 @@ class NumpyNamespace(common.Namespace):
     def __getattr__(self, name):
         # Primitives only a device namespace has: evaluate them with JAX, eagerly, and come back.
         if name in common.PRIMITIVES:
-            from .jax import BACKEND as jax_backend
-
             fn = getattr(jax_backend.xp, name)
 
             def host(*args, **kwargs):

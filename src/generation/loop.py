@@ -19,6 +19,7 @@ from ..engine.compiled import compile
 from ..errors import InputError
 from ..hub.repo import POSITION_LIMITS
 from .cache import CacheLayout, write_presents, write_rows
+from .device_loop import DeviceLoop
 from .beam import BeamSearch
 from .processors import State, build as build_processors
 from .sampling import Sampler, build_warpers
@@ -126,8 +127,6 @@ class Generator:
     def _device_loop(self):
         """The DeviceLoop of this generator (its compiled loops), made on first use."""
         if self._device is None:
-            from .device_loop import DeviceLoop
-
             self._device = DeviceLoop(self)
         return self._device
 

@@ -68,7 +68,7 @@ def _present(xp, state, vocab):
                      xp.reshape(valid, (-1,)))
 
 
-def _last_tokens(xp, state, n):
+def last_tokens(xp, state, n):
     """int64 [B, n]: each row's last n valid tokens (clipped at the row start)."""
     at = state.lengths[:, None] - n + xp.arange(n)[None, :]
     return xp.take_along_axis(state.ids, xp.clip(at, 0, state.ids.shape[1] - 1), axis=1)
@@ -101,7 +101,7 @@ class NoRepeatNGram:
         if t < n:
             return scores
         starts = t - n + 1  # candidate n-gram starts i: ids[i:i+n]
-        prefix = _last_tokens(xp, state, n - 1)  # the n-1 tokens the next token follows
+        prefix = last_tokens(xp, state, n - 1)  # the n-1 tokens the next token follows
         match = xp.ones((b, starts), dtype=bool)
         for k in range(n - 1):
             match = match & (state.ids[:, k:k + starts] == prefix[:, k:k + 1])
@@ -128,7 +128,7 @@ class BadWords:
         banned = _token_mask(xp, scores, self.single)
         for word in self.multi:
             prefix = xp.asarray(np.array(word[:-1], np.int64))[None, :]
-            follows = xp.all(_last_tokens(xp, state, len(word) - 1) == prefix, axis=1)
+            follows = xp.all(last_tokens(xp, state, len(word) - 1) == prefix, axis=1)
             follows = follows & (state.lengths >= len(word) - 1)
             banned = banned | (follows[:, None] & _token_mask(xp, scores, [word[-1]]))
         return _ban(xp, scores, banned)

@@ -16,10 +16,10 @@ import numpy as np
 
 from ..buckets import next_pow2
 from .cache import write_presents
-from .steppers import FixedCache, _Stepper
+from .steppers import FixedCache, Stepper
 
 
-class Rows(_Stepper):
+class Rows(Stepper):
     """``rows`` rows of one KV cache ``capacity`` positions long: prefills copied in, one decode
     step over all of them, each row at its own position (free rows run a dummy token)."""
 

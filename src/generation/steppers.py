@@ -36,7 +36,9 @@ def cache_capacity(n):
     return p * 3 // 4 if p * 3 // 4 >= n and p > MIN_CAPACITY else p
 
 
-class _Stepper:
+class Stepper:
+    """What the cache modes share: the generator and its cache layout."""
+
     def __init__(self, gen):
         self.gen, self.layout = gen, gen.layout
 
@@ -80,7 +82,7 @@ class _Stepper:
         return np.ascontiguousarray(np.broadcast_to(positions, (3,) + positions.shape[1:]))
 
 
-class FixedCache(_Stepper):
+class FixedCache(Stepper):
     """``inplace`` and ``concat`` modes (cache.py): one buffer of ``capacity`` rows per layer.
 
     concat: the prompt runs in chunks (buckets.prompt_chunks: powers of two, the last padded up
@@ -186,7 +188,7 @@ class FixedCache(_Stepper):
         self.caches = self.gen.write(self.caches, presents, self._device(slot))
 
 
-class GrowingCache(_Stepper):
+class GrowingCache(Stepper):
     """``grow`` mode: the graph derives positions from the past length, so the past holds only
     real rows and grows by one each step, so every step is a new shape (compiled once, then
     cached). Rows are grouped by prompt length (one graph call per group per step) so no row

@@ -9,7 +9,7 @@ decoder prompt (``<|startoftranscript|>``, language, task, previous text) is the
 import numpy as np
 
 from ..errors import InputError
-from .processors import NEG_INF, SuppressTokens, SuppressTokensAtBegin, _last_tokens
+from .processors import NEG_INF, SuppressTokens, SuppressTokensAtBegin, last_tokens
 
 
 class WhisperTimestamps:
@@ -72,7 +72,7 @@ class WhisperTimestamps:
         """bool [B, V]: what the pairs rule and the no-going-back rule ban in each row."""
         begin = self.timestamp_begin
         generated = state.lengths - state.prompt_lengths
-        penultimate, last = (_last_tokens(xp, state, 2)[:, k] for k in (0, 1))
+        penultimate, last = (last_tokens(xp, state, 2)[:, k] for k in (0, 1))
         last_was = (generated >= 1) & (last >= begin)
         penultimate_was = (generated < 2) | (penultimate >= begin)
         banned = ((last_was & penultimate_was)[:, None] & is_timestamp) | \

@@ -13,6 +13,8 @@ import onnx
 
 from ..errors import InputError
 from ..engine.io.weights import EXTERNAL, FIELDS, KEPT, RAW, SPARSE, VIEW, source_bytes
+from .repo import LocalRepo
+from .weight_files import read_module_weights, write_safetensors
 
 # protobuf cannot serialize a message of 2 GiB or more; leave room for the graph itself.
 PROTO_LIMIT = (2 << 30) - (64 << 20)
@@ -140,9 +142,7 @@ def _split_modules(params, paths):
 
 def _write_module(repo, folder, path, given):
     """``folder/model.safetensors``: the module's weights with ``given`` in their place."""
-    from ..pipelines.text import st_modules
-
-    own = st_modules.read_module_weights(repo, path)
+    own = read_module_weights(repo, path, f"{repo.label}: {path or '.'} (Dense)")
     for tensor, value in given.items():
         if tensor not in own:
             raise InputError(f"params[{path + '/' + tensor!r}]: the module {path} has no weight "
@@ -154,7 +154,7 @@ def _write_module(repo, folder, path, given):
                              f"{list(own[tensor].shape)}")
         own[tensor] = value.astype(own[tensor].dtype)
     os.makedirs(folder, exist_ok=True)
-    st_modules.write_safetensors(os.path.join(folder, "model.safetensors"), own)
+    write_safetensors(os.path.join(folder, "model.safetensors"), own)
 
 
 def _value(model, full, given, entry):
@@ -220,8 +220,6 @@ def _write(path, chunks):
 
 def _origin(model):
     """(repo, the ONNX file's path in it) of the model; InputError without one."""
-    from . import repo as hub
-
     repo, file = model.origin or (None, None)
     if repo is not None:
         return repo, file
@@ -230,9 +228,9 @@ def _origin(model):
         base = os.path.basename(file)
         up = os.path.dirname(folder)
         if os.path.basename(folder) == "onnx" and os.path.isfile(os.path.join(up, "config.json")):
-            return hub.LocalRepo(up), f"onnx/{base}"
+            return LocalRepo(up), f"onnx/{base}"
         if os.path.isfile(os.path.join(folder, "config.json")):
-            return hub.LocalRepo(folder), base
+            return LocalRepo(folder), base
     where = f"from {file!r}" if file else "from bytes or an onnx.ModelProto"
     raise InputError(f"save_pretrained: the model was loaded {where}, with no repo (no "
                      "config.json beside it or above its onnx/ folder) whose files could be "

@@ -8,7 +8,7 @@ import os
 import re
 
 from ..errors import HubError
-from ..engine.io.onnx_file import _load_graph
+from ..engine.io.onnx_file import load_graph
 
 _HASHES = {40: "git sha1", 64: "sha256"}  # ETags: of regular files, of LFS files
 
@@ -26,7 +26,7 @@ def corruption(local, path, etag, scan_limit):
             with open(local, encoding="utf-8") as f:
                 json.load(f)
         elif path.endswith(".onnx") and os.path.getsize(local) <= scan_limit:
-            _load_graph(local)
+            load_graph(local)
     except (ValueError, RecursionError, HubError) as e:
         return f"they do not parse as {path.rsplit('.', 1)[-1].upper()} ({e.__cause__ or e})"
     return None

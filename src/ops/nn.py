@@ -34,7 +34,7 @@ def gemm(xp, a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return y
 
 
-def _axis(axis, x):
+def normalized_axis(axis, x):
     """``axis`` in [0, rank): ONNX allows [-rank, rank - 1]; past it the axis ranges below ran
     over nothing (a LayerNormalization of axis 7 normalized no axis, garbage out)."""
     if not -x.ndim <= axis < x.ndim:
@@ -45,7 +45,7 @@ def _axis(axis, x):
 
 def _softmax_v1(xp, x, axis, fn):
     """Opset < 13: coerce to 2-D at ``axis``, normalize each row."""
-    axis = _axis(axis, x)
+    axis = normalized_axis(axis, x)
     shape = x.shape
     flat = xp.reshape(x, (int(np.prod(shape[:axis])), -1))
     return xp.reshape(fn(flat, axis=1), shape)
@@ -86,7 +86,7 @@ def hardmax_v1(xp, x, *, axis=1):
 
 @op("Hardmax", 13)
 def hardmax(xp, x, *, axis=-1):
-    return _hardmax(xp, x, _axis(axis, x))
+    return _hardmax(xp, x, normalized_axis(axis, x))
 
 
 def normalize(xp, x, axes, epsilon):
@@ -101,7 +101,7 @@ def normalize(xp, x, axes, epsilon):
 
 @op("LayerNormalization", 17)
 def layer_normalization(xp, x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
-    axis = _axis(axis, x)
+    axis = normalized_axis(axis, x)
     axes = tuple(range(axis, x.ndim))
     y, mean, inv_std = normalize(xp, x, axes, epsilon)
     y = y * _f32(xp, scale)
@@ -112,7 +112,7 @@ def layer_normalization(xp, x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash
 
 @op("RMSNormalization", 23)
 def rms_normalization(xp, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
-    axis = _axis(axis, x)
+    axis = normalized_axis(axis, x)
     xf = _f32(xp, x)
     ms = xp.mean(xf * xf, axis=tuple(range(axis, x.ndim)), keepdims=True)
     y = xf / xp.sqrt(ms + xp.asarray(epsilon, xp.dtype_of(xf)))

@@ -30,6 +30,7 @@ import numpy as np
 from ... import dtypes
 from ...backends.numpy import XP as NP
 from ...errors import InputError, OpError
+from ...ops.contrib.group_query_attention import check_seqlens
 from ..graph import Graph, walk
 
 # Ops whose output holds exactly the values of their first input (in another shape): a graph
@@ -322,8 +323,6 @@ class Lengths:
                 for n in node.inputs[:1] if n in self.inputs}
 
     def check(self, inputs):
-        from ...ops.contrib.group_query_attention import check_seqlens
-
         env = {}
         for name in self.inputs:
             try:

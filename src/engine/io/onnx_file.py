@@ -31,7 +31,7 @@ def read_onnx(path, external=None):
     files inside the model's folder (or, in huggingface_hub's cache, the repo's blobs).
     ``external``, a dict, receives name -> (location, offset, length) of each tensor read so
     (the weight table's record of where to write it back)."""
-    model = _load_graph(path)
+    model = load_graph(path)
     roots = _allowed_roots(os.path.dirname(os.path.abspath(path)))
     for tensor, location, info in _external_tensors(model):
         where = _Where(path, tensor.name, info.get("location", ""))
@@ -214,14 +214,14 @@ def referenced_files(local_path, folder) -> list[str]:
     """Repo paths of the external-data files an ONNX file references. Locations that leave the
     model's folder are skipped: read_onnx refuses them with its own message."""
     try:
-        model = _load_graph(local_path)
+        model = load_graph(local_path)
     except HubError:
         return []  # let the model loader report it
     return sorted({posixpath.normpath(join_path(folder, location))
                    for _, location, _ in _external_tensors(model) if not _escapes(location)})
 
 
-def _load_graph(path):
+def load_graph(path):
     import onnx
     try:
         return onnx.load(path, load_external_data=False)

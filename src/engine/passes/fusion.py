@@ -34,6 +34,7 @@ import numpy as np
 from ...errors import OpError, TransmuterError
 from ..graph import Graph, Node, node_reads
 from ...ops.registry import OpDef
+from ..runner import describe_failure
 
 ROWS = 128  # query rows per block
 _SCORES = 1 << 22  # fewer scores than this (16 MB in f32) run as one block...
@@ -277,8 +278,6 @@ def _run(xp, inputs, members):
         except TransmuterError:
             raise
         except Exception as e:
-            from ..runner import describe_failure
-
             raise OpError(describe_failure(m.node, args, e)) from e
     return value
 

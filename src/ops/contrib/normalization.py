@@ -8,7 +8,7 @@ import numpy as np
 
 from ..attention import f32
 from ..bounds import Along
-from ..nn import _axis, layer_normalization as _layer_normalization_17
+from ..nn import layer_normalization as layer_normalization_17, normalized_axis
 from ..registry import op
 
 MS = "com.microsoft"
@@ -17,7 +17,7 @@ MS = "com.microsoft"
 def _rms(xp, x, scale, axis, epsilon):
     # an axis past the rank normalized no axis (fuzz 20261203:3282, :9780, :11782: axis 7 or
     # 2^31 - 1 on a rank-3 input); onnxruntime's shape inference refuses it
-    axis = _axis(axis, x)
+    axis = normalized_axis(axis, x)
     xf = f32(xp, x)
     ms = xp.mean(xf * xf, axis=tuple(range(axis, x.ndim)), keepdims=True)
     inv = 1 / xp.sqrt(ms + np.float32(epsilon))
@@ -83,7 +83,7 @@ def skip_layer_normalization(xp, x, skip, gamma, beta=None, bias=None, *, epsilo
 @op("LayerNormalization", 1)
 @op("LayerNormalization", 1, domain=MS)
 def layer_normalization_contrib(xp, x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
-    return _layer_normalization_17(xp, x, scale, bias, axis=axis, epsilon=epsilon,
+    return layer_normalization_17(xp, x, scale, bias, axis=axis, epsilon=epsilon,
                                    stash_type=stash_type)
 
 

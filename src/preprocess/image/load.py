@@ -1,10 +1,12 @@
 """Images in: `load_image` turns a file, its bytes, a PIL image or an array into the RGB PIL image
 that transformers' pipelines hand to an image processor (`transformers.image_utils.load_image`:
 EXIF orientation applied, then `convert("RGB")`, which drops alpha and clips 16-bit values as
-Pillow does). `ImageProcessor` (image_processor.py) makes the model inputs from it.
+Pillow does). An image processor (preprocess/image/processor.py, picked by auto.py) makes the
+model inputs from it.
 
-    from transmuter.preprocess.image.load import load_image, ImageProcessor
-    proc = ImageProcessor.from_config(preprocessor_config)
+    from transmuter.preprocess.image.load import load_image
+    from transmuter.preprocess.image.auto import image_processor_for
+    proc = image_processor_for(preprocessor_config)
     features = proc(load_image("cat.jpg"))      # {"pixel_values": (C, H, W) float32, ...}
 """
 
@@ -127,6 +129,4 @@ def _to_uint8(array):
     return (array.astype(np.float64) * 255).astype(np.float32).astype(np.uint8)
 
 
-from .processor import ImageProcessor  # noqa: E402  (re-exported; it imports load_image)
-
-__all__ = ["load_image", "array_to_pil", "ImageProcessor"]
+__all__ = ["load_image", "array_to_pil"]

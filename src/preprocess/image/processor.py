@@ -1,11 +1,16 @@
 """Image processors: preprocessor_config.json in, the model's `pixel_values` out, equal to
 transformers' slow image processors (4.57) within float32 rounding, with no torch.
 
-    proc = ImageProcessor.from_config(config)    # dispatch on image_processor_type
+    from transmuter.preprocess.image.auto import image_processor_for
+    proc = image_processor_for(config)           # dispatch on image_processor_type (auto.py)
     features = proc(image)   # {"pixel_values": (C, H, W) float32, "original_size": (h, w),
                              #  "size": (h, w) after resize / crop, before padding,
                              #  "pixel_mask": (H, W) int64 for the DETR family}
     batch = proc.pad([features, ...])            # (N, C, H, W) [+ pixel_mask (N, H, W)]
+
+This module holds the base class `ImageProcessor` and the checks every config goes through; the
+families are its subclasses under families/, and preprocess/image/auto.py maps each
+`image_processor_type` to one of them.
 
 A family is a subclass whose `setup` has the keyword arguments of its transformers `__init__` (and
 the same defaults): those are the options it reads from the config, and the only ones that can
@@ -13,8 +18,9 @@ change its output. Other keys are ignored, as transformers ignores them (`proc.i
 them). An option value we do not implement raises `InputError`, never a different result.
 
 An `image_processor_type` ending in "Fast" picks transformers' torchvision-backed processor of that
-family (image_families_fast.py, resize in image_resize_fast.py), whose pixels differ from the
-slow one's; a Fast type of a family without one is refused with a hint at the slow type.
+family (families/fast.py and families/dense_fast.py, resize in resize_fast.py), whose pixels
+differ from the slow one's; a Fast type of a family without one is refused with a hint at the
+slow type.
 """
 
 import inspect
@@ -25,36 +31,11 @@ import PIL.Image
 
 from ...errors import InputError
 from . import transforms as T
+from .load import load_image
 
-# Keys every config may carry that never change pixel values.
-_METADATA = {"image_processor_type", "feature_extractor_type", "processor_class", "auto_map",
-             "_valid_processor_keys", "_processor_class"}
-
-_REGISTRY = {}
-
-
-def register(*names):
-    """Class decorator: the image_processor_type names a family serves."""
-    def add(cls):
-        for name in names:
-            _REGISTRY[name] = cls
-        cls.names = names
-        return cls
-    return add
-
-
-def processor_type(config):
-    """The class name transformers' AutoImageProcessor would pick: `image_processor_type`, else
-    `feature_extractor_type` with FeatureExtractor -> ImageProcessor (the old classes are
-    aliases)."""
-    name = config.get("image_processor_type")
-    if name is None and config.get("feature_extractor_type"):
-        name = config["feature_extractor_type"].replace("FeatureExtractor", "ImageProcessor")
-    if name is None:
-        raise InputError("The preprocessor config names no image_processor_type (nor "
-                         f"feature_extractor_type); supported: {', '.join(supported())}")
-    return name.replace("FeatureExtractor", "ImageProcessor")
-
+# Keys every config may carry that never change pixel values (no family reads them).
+METADATA = {"image_processor_type", "feature_extractor_type", "processor_class", "auto_map",
+            "_valid_processor_keys", "_processor_class"}
 
 MAX_SIDE = 1 << 16  # pixels: past it a resize is a memory bomb, not an image size
 
@@ -107,39 +88,19 @@ def _bad(name, value, takes):
                      f"takes {takes}: fix the file")
 
 
-def supported():
-    return sorted(_REGISTRY)
-
-
 class ImageProcessor:
-    """Base of the families; `ImageProcessor.from_config(config)` picks one."""
+    """Base of the families; `auto.image_processor_for(config)` picks one."""
 
-    names = ()
+    names = ()           # the image_processor_type names a family serves (auto.py's table)
     legacy = ()          # old config keys a family's __init__ still reads from **kwargs
     pads_batch = False   # pad() pads to the batch's largest image (DETR, YOLOS)
     do_convert_rgb = False
-
-    @staticmethod
-    def from_config(config):
-        from .families import resized as image_families  # noqa: F401  (registers the families)
-
-        check_fields(config)
-        name = processor_type(config)
-        cls = _REGISTRY.get(name)
-        if cls is None:
-            hint = ""
-            if name.endswith("Fast") and name[:-4] in _REGISTRY:
-                hint = (f" ({name} resizes with torchvision, which differs from Pillow; set "
-                        f"image_processor_type to {name[:-4]} to accept Pillow's resize)")
-            raise InputError(f"Unsupported image processor type {name!r}{hint}; supported: "
-                             f"{', '.join(supported())}")
-        return cls(config)
 
     def __init__(self, config):
         self.config = dict(config)
         params = inspect.signature(self.setup).parameters
         known = {k for k, p in params.items() if p.kind is p.KEYWORD_ONLY} | set(self.legacy)
-        self.ignored = sorted(k for k in self.config if k not in known and k not in _METADATA)
+        self.ignored = sorted(k for k in self.config if k not in known and k not in METADATA)
         self.setup(**{k: v for k, v in self.config.items() if k in known})
 
     @property
@@ -170,8 +131,6 @@ class ImageProcessor:
         image as given (converted to RGB only where the family's do_convert_rgb says so, as its
         preprocess does); anything else through load_image (as transformers' pipelines do)."""
         if not isinstance(image, PIL.Image.Image):
-            from .load import load_image
-
             image = load_image(image)
         if self.do_convert_rgb and image.mode != "RGB":
             image = image.convert("RGB")

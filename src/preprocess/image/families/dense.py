@@ -15,13 +15,13 @@ from ..processor import ImageProcessor, register
 from ..zoom import owlv2_resize
 
 
-@register("DetrImageProcessor", "GroundingDinoImageProcessor", "ConditionalDetrImageProcessor",
-          "DeformableDetrImageProcessor")
 class DetrImageProcessor(ImageProcessor):
     """DetrImageProcessor (Grounding DINO's, Conditional and Deformable DETR's are verbatim copies
     of its preprocessing):
     resize, rescale, normalize, then pad bottom / right with zeros (to pad_size, or to the batch's
     largest image) with a pixel_mask of 1 on real pixels."""
+    names = ("DetrImageProcessor", "GroundingDinoImageProcessor", "ConditionalDetrImageProcessor",
+             "DeformableDetrImageProcessor")
 
     legacy = ("max_size", "pad_and_return_pixel_mask")
     makes_mask = True
@@ -87,9 +87,9 @@ def _pad_bottom_right(pixels, target_hw):
     return T.pad(pixels, ((0, extra_h), (0, extra_w)))
 
 
-@register("YolosImageProcessor")
 class YolosImageProcessor(DetrImageProcessor):
     """DETR's steps with YOLOS's size rule (multiples of 16); its pad makes no pixel_mask."""
+    names = ("YolosImageProcessor",)
 
     makes_mask = False
 
@@ -110,10 +110,10 @@ class YolosImageProcessor(DetrImageProcessor):
         return super().output_size(image_hw)
 
 
-@register("RTDetrImageProcessor")
 class RTDetrImageProcessor(DetrImageProcessor):
     """DETR's steps with RT-DETR's defaults: 640x640, no normalize, no pad; ``size`` is read
     without DETR's legacy max_size of 1333."""
+    names = ("RTDetrImageProcessor",)
 
     def setup(self, *, format="coco_detection", do_resize=True, size=None, resample=BILINEAR,
               do_rescale=True, rescale_factor=RESCALE, do_normalize=False, image_mean=None,
@@ -126,8 +126,8 @@ class RTDetrImageProcessor(DetrImageProcessor):
                       pad_size=pad_size, max_size=None)
 
 
-@register("DPTImageProcessor")
 class DPTImageProcessor(ImageProcessor):
+    names = ("DPTImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, keep_aspect_ratio=False,
               ensure_multiple_of=1, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_pad=False, size_divisor=None,
@@ -165,8 +165,8 @@ def _centred_pad(length, divisor):
     return (extra // 2, extra - extra // 2)
 
 
-@register("Swin2SRImageProcessor")
 class Swin2SRImageProcessor(ImageProcessor):
+    names = ("Swin2SRImageProcessor",)
     legacy = ("pad_size",)
 
     def setup(self, *, do_rescale=True, rescale_factor=RESCALE, do_pad=True, size_divisor=8,
@@ -191,8 +191,8 @@ class Swin2SRImageProcessor(ImageProcessor):
         return pixels, size
 
 
-@register("SamImageProcessor")
 class SamImageProcessor(ImageProcessor):
+    names = ("SamImageProcessor",)
     def setup(self, *, do_resize=True, size=None, mask_size=None, resample=BILINEAR,
               do_rescale=True, rescale_factor=RESCALE, do_normalize=True, image_mean=None,
               image_std=None, do_pad=True, pad_size=None, mask_pad_size=None,
@@ -227,8 +227,8 @@ class SamImageProcessor(ImageProcessor):
         return pixels, size
 
 
-@register("Owlv2ImageProcessor")
 class Owlv2ImageProcessor(ImageProcessor):
+    names = ("Owlv2ImageProcessor",)
     def setup(self, *, do_rescale=True, rescale_factor=RESCALE, do_pad=True, do_resize=True,
               size=None, resample=BILINEAR, do_normalize=True, image_mean=None, image_std=None):
         # `resample` is stored but unused: Owlv2's resize is scikit-image's (linear, antialiased)

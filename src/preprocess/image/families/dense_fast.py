@@ -30,12 +30,12 @@ _ANNOTATIONS = {"format": "coco_detection", "do_convert_annotations": None,
                 "return_segmentation_masks": None}
 
 
-@register("DetrImageProcessorFast", "ConditionalDetrImageProcessorFast",
-          "DeformableDetrImageProcessorFast", "GroundingDinoImageProcessorFast")
 class DetrImageProcessorFast(FastImageProcessor):
     """DetrImageProcessorFast._preprocess: resize, rescale + normalize, then pad bottom / right with
     zeros (to pad_size, or to the batch's largest image) with a pixel_mask of 1 on real pixels.
     do_center_crop and crop_size are read and not used, as there."""
+    names = ("DetrImageProcessorFast", "ConditionalDetrImageProcessorFast",
+             "DeformableDetrImageProcessorFast", "GroundingDinoImageProcessorFast")
 
     defaults = {"resample": BILINEAR, "size": {"shortest_edge": 800, "longest_edge": 1333},
                 "default_to_square": False, "do_pad": True, **_DEFAULT_MEAN_STD, **_ON,
@@ -91,19 +91,19 @@ class DetrImageProcessorFast(FastImageProcessor):
     finish = DetrImageProcessor.finish  # the pixel mask, as the slow family makes it
 
 
-@register("YolosImageProcessorFast")
 class YolosImageProcessorFast(DetrImageProcessorFast):
     """DETR's Fast steps with YOLOS's size rule (multiples of 16). Unlike the slow YOLOS, its pad
     returns a pixel_mask (YolosImageProcessorFast copies DETR's pad)."""
+    names = ("YolosImageProcessorFast",)
 
     def aspect_size(self, image_hw):
         return S.yolos_size(image_hw, self.size["shortest_edge"], self.size["longest_edge"])
 
 
-@register("RTDetrImageProcessorFast")
 class RTDetrImageProcessorFast(DetrImageProcessorFast):
     """DETR's Fast steps with RT-DETR's defaults (640x640, no normalize, no pad); its __init__
     reads no legacy keys (an int size is a shortest edge, which its resize refuses)."""
+    names = ("RTDetrImageProcessorFast",)
 
     defaults = {**DetrImageProcessorFast.defaults, "size": {"height": 640, "width": 640},
                 "do_normalize": False, "do_pad": False, "do_convert_annotations": True}
@@ -112,7 +112,6 @@ class RTDetrImageProcessorFast(DetrImageProcessorFast):
         FastImageProcessor.__init__(self, config)
 
 
-@register("RfDetrImageProcessor")
 class RfDetrImageProcessor(DetrImageProcessorFast):
     """transformers 5.24's RfDetrImageProcessor (RF-DETR; 4.57 has none), a torchvision-backend
     class without "Fast" in its name: DETR Fast's options, defaults, size rules and pad (with its
@@ -121,6 +120,7 @@ class RfDetrImageProcessor(DetrImageProcessorFast):
     bilinear interpolation without antialias (NEAREST: nearest-exact), then normalizes, (x - mean)
     / std in float32 (not fused with the rescale). Its __init__ reads pad_and_return_pixel_mask
     only where do_pad is missing (`kwargs.setdefault`), and max_size as DETR's."""
+    names = ("RfDetrImageProcessor",)
 
     def __init__(self, config):
         config = dict(config)
@@ -158,12 +158,12 @@ class RfDetrImageProcessor(DetrImageProcessorFast):
         return image.astype(np.float32), size
 
 
-@register("MaskFormerImageProcessorFast", "Mask2FormerImageProcessorFast")
 class MaskFormerImageProcessorFast(DetrImageProcessorFast):
     """MaskFormer / Mask2Former Fast: DETR's size rule (not the slow ones' shortest edge capped by
     max_size: get_size_with_aspect_ratio, and max_height / max_width), then both sides up to a
     multiple of size_divisor; rescale + normalize; always padded, always a pixel_mask (do_pad is
     not read). ignore_index, do_reduce_labels and num_labels concern segmentation maps only."""
+    names = ("MaskFormerImageProcessorFast", "Mask2FormerImageProcessorFast")
 
     defaults = {"resample": BILINEAR, "size": {"shortest_edge": 800, "longest_edge": 1333},
                 "default_to_square": False, "do_pad": True, "size_divisor": 32,
@@ -198,11 +198,11 @@ class MaskFormerImageProcessorFast(DetrImageProcessorFast):
         return out
 
 
-@register("DPTImageProcessorFast")
 class DPTImageProcessorFast(FastImageProcessor):
     """DPTImageProcessorFast._preprocess: resize (DPT's rule), center crop, then - unlike the slow
     DPT, which pads after normalizing - the centred pad to a multiple of size_divisor with zeros
     on the uint8 pixels, so the padding reads (0 - mean) / std after the fused normalize."""
+    names = ("DPTImageProcessorFast",)
 
     defaults = {"resample": BICUBIC, "size": {"height": 384, "width": 384},
                 "image_mean": IMAGENET_STANDARD_MEAN, "image_std": IMAGENET_STANDARD_STD,
@@ -237,11 +237,11 @@ class DPTImageProcessorFast(FastImageProcessor):
         return self.rescale_normalize(pixels), size
 
 
-@register("SamImageProcessorFast")
 class SamImageProcessorFast(FastImageProcessor):
     """SamImageProcessorFast: the Fast base's steps with SAM's longest-edge rule, padded to
     pad_size (1024x1024). `size` is the resized size (the slow processor's reshaped_input_sizes;
     the Fast one's reshaped_input_sizes in 4.57 repeat the original sizes)."""
+    names = ("SamImageProcessorFast",)
 
     defaults = {"resample": BILINEAR, "size": {"longest_edge": 1024}, "do_convert_rgb": True,
                 "do_pad": True, "pad_size": {"height": 1024, "width": 1024},
@@ -258,13 +258,13 @@ class SamImageProcessorFast(FastImageProcessor):
         return S.longest_edge_size(image_hw, self.size["longest_edge"])
 
 
-@register("Sam2ImageProcessorFast")
 class Sam2ImageProcessorFast(FastImageProcessor):
     """Sam2ImageProcessorFast (SAM 2 / 2.1): the Fast base's steps as they are. Unlike SAM's, no
     aspect-preserving longest-edge resize and no padding to pad_size (do_pad is None): the image
     is squeezed to size's height x width (1024x1024), so `size` is that height x width (its
     reshaped_input_sizes, like SAM Fast's, repeat the original sizes). do_pad / pad_size are the
     base's (a do_pad config pads, as there); mask_pad_size is not read."""
+    names = ("Sam2ImageProcessorFast",)
 
     defaults = {"resample": BILINEAR, "size": {"height": 1024, "width": 1024},
                 "mask_size": {"height": 256, "width": 256}, "do_convert_rgb": True,
@@ -274,11 +274,11 @@ class Sam2ImageProcessorFast(FastImageProcessor):
         pass  # segmentation maps (labels) only
 
 
-@register("Swin2SRImageProcessorFast")
 class Swin2SRImageProcessorFast(FastImageProcessor):
     """Swin2SRImageProcessorFast._preprocess: rescale (float32), then the slow one's symmetric pad
     to the next multiple of size_divisor (always at least one more block). Resize, crop and
     normalize options are not read, as there."""
+    names = ("Swin2SRImageProcessorFast",)
 
     defaults = {"do_rescale": True, "do_pad": True, "size_divisor": 8}
 

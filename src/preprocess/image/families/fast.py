@@ -223,8 +223,8 @@ MobileNetV2ImageProcessorFast = _fast_labels("MobileNetV2ImageProcessorFast", re
                                              do_center_crop=True, **_STD, **_ON)
 
 
-@register("ConvNextImageProcessorFast")
 class ConvNextImageProcessorFast(FastImageProcessor):
+    names = ("ConvNextImageProcessorFast",)
     defaults = {"resample": BILINEAR, "size": {"shortest_edge": 384}, "default_to_square": False,
                 "crop_pct": 224 / 256, **_STD, **_ON}
 
@@ -246,8 +246,8 @@ class ConvNextImageProcessorFast(FastImageProcessor):
         return torchvision_center_crop(R.resize(pixels, target, self.resample), (edge, edge))
 
 
-@register("MobileViTImageProcessorFast")
 class MobileViTImageProcessorFast(FastImageProcessor):
+    names = ("MobileViTImageProcessorFast",)
     defaults = {"resample": BILINEAR, "size": {"shortest_edge": 224}, "default_to_square": False,
                 "crop_size": {"height": 256, "width": 256}, "do_resize": True,
                 "do_center_crop": True, "do_rescale": True, "do_flip_channel_order": True,

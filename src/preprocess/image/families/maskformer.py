@@ -17,9 +17,9 @@ from .dense import DetrImageProcessor
 from ..processor import register
 
 
-@register("MaskFormerImageProcessor", "Mask2FormerImageProcessor")
 class MaskFormerImageProcessor(DetrImageProcessor):
     """DETR's transform / pixel mask / batch padding with MaskFormer's size rule."""
+    names = ("MaskFormerImageProcessor", "Mask2FormerImageProcessor")
 
     legacy = ("max_size",)
     makes_mask = True

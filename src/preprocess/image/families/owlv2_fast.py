@@ -24,8 +24,8 @@ from ..processor import register
 _F32 = np.float32
 
 
-@register("Owlv2ImageProcessorFast")
 class Owlv2ImageProcessorFast(FastImageProcessor):
+    names = ("Owlv2ImageProcessorFast",)
     defaults = {"resample": BILINEAR, "image_mean": OPENAI_CLIP_MEAN, "image_std": OPENAI_CLIP_STD,
                 "size": {"height": 960, "width": 960}, "do_resize": True, "do_rescale": True,
                 "do_normalize": True, "do_pad": True}

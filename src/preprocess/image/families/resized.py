@@ -67,8 +67,8 @@ class _Resized(ImageProcessor):
         return (self.size["height"], self.size["width"])
 
 
-@register("ViTImageProcessor")
 class ViTImageProcessor(_Resized):
+    names = ("ViTImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_rescale=True,
               rescale_factor=RESCALE, do_normalize=True, image_mean=None, image_std=None,
               do_convert_rgb=None):
@@ -78,8 +78,8 @@ class ViTImageProcessor(_Resized):
         self.do_convert_rgb = bool(do_convert_rgb)
 
 
-@register("SiglipImageProcessor")
 class SiglipImageProcessor(_Resized):
+    names = ("SiglipImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_rescale=True,
               rescale_factor=RESCALE, do_normalize=True, image_mean=None, image_std=None,
               do_convert_rgb=None):
@@ -90,8 +90,8 @@ class SiglipImageProcessor(_Resized):
         self.do_convert_rgb = bool(do_convert_rgb)
 
 
-@register("SegformerImageProcessor")
 class SegformerImageProcessor(_Resized):
+    names = ("SegformerImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_rescale=True,
               rescale_factor=RESCALE, do_normalize=True, image_mean=None, image_std=None,
               do_reduce_labels=False):
@@ -101,8 +101,8 @@ class SegformerImageProcessor(_Resized):
                   IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
 
 
-@register("DeiTImageProcessor")
 class DeiTImageProcessor(_Resized):
+    names = ("DeiTImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, rescale_factor=RESCALE, do_rescale=True, do_normalize=True,
               image_mean=None, image_std=None):
@@ -113,8 +113,8 @@ class DeiTImageProcessor(_Resized):
                        else {"height": 224, "width": 224})
 
 
-@register("BeitImageProcessor")
 class BeitImageProcessor(DeiTImageProcessor):
+    names = ("BeitImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, rescale_factor=RESCALE, do_rescale=True, do_normalize=True,
               image_mean=None, image_std=None, do_reduce_labels=False):
@@ -143,8 +143,8 @@ class _ShortestEdge(_Resized):
                   image_std, mean, std, default_to_square=False)
 
 
-@register("CLIPImageProcessor")
 class CLIPImageProcessor(_ShortestEdge):
+    names = ("CLIPImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_convert_rgb=True, use_square_size=False):
@@ -160,8 +160,8 @@ class CLIPImageProcessor(_ShortestEdge):
         self.do_convert_rgb = bool(do_convert_rgb)
 
 
-@register("BitImageProcessor")
 class BitImageProcessor(_ShortestEdge):
+    names = ("BitImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_convert_rgb=True):
@@ -173,8 +173,8 @@ class BitImageProcessor(_ShortestEdge):
         self.do_convert_rgb = bool(do_convert_rgb)
 
 
-@register("MobileNetV1ImageProcessor")
 class MobileNetV1ImageProcessor(_ShortestEdge):
+    names = ("MobileNetV1ImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None):
@@ -185,8 +185,8 @@ class MobileNetV1ImageProcessor(_ShortestEdge):
                        else {"height": 224, "width": 224})
 
 
-@register("MobileNetV2ImageProcessor")
 class MobileNetV2ImageProcessor(MobileNetV1ImageProcessor):
+    names = ("MobileNetV2ImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_reduce_labels=False):
@@ -196,8 +196,8 @@ class MobileNetV2ImageProcessor(MobileNetV1ImageProcessor):
                       image_mean=image_mean, image_std=image_std)
 
 
-@register("OwlViTImageProcessor")
 class OwlViTImageProcessor(_Resized):
+    names = ("OwlViTImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=False,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None):
@@ -209,8 +209,8 @@ class OwlViTImageProcessor(_Resized):
                        else {"height": 768, "width": 768})
 
 
-@register("ConvNextImageProcessor")
 class ConvNextImageProcessor(_Resized):
+    names = ("ConvNextImageProcessor",)
     def setup(self, *, do_resize=True, size=None, crop_pct=None, resample=BILINEAR,
               do_rescale=True, rescale_factor=RESCALE, do_normalize=True, image_mean=None,
               image_std=None):
@@ -238,8 +238,8 @@ class ConvNextImageProcessor(_Resized):
         return T.center_crop(T.resize(pixels, resize_to, self.resample), (edge, edge))
 
 
-@register("MobileViTImageProcessor")
 class MobileViTImageProcessor(_ShortestEdge):
+    names = ("MobileViTImageProcessor",)
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_rescale=True,
               rescale_factor=RESCALE, do_center_crop=True, crop_size=None,
               do_flip_channel_order=True, do_reduce_labels=False):

@@ -24,8 +24,8 @@ BILINEAR_LIKE = {BILINEAR: "bilinear", 4: "box", 5: "hamming"}
 
 # processor_type() renames FeatureExtractor -> ImageProcessor, as transformers' AutoImageProcessor
 # does: "ImageFeatureExtractor" becomes this name (transformers itself has no such class)
-@register("ImageImageProcessor")
 class TransformersJsImageProcessor(_Resized):
+    names = ("ImageImageProcessor",)
     do_convert_rgb = True  # transformers.js: config.do_convert_rgb ?? true
 
     def setup(self, *, do_resize=None, size=None, image_size=None, resample=BILINEAR,
