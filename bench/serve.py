@@ -79,7 +79,8 @@ def warm(pipe, texts, lengths):
         while fits and rows <= pipe.batch_size:
             pipe((fits * rows)[:rows], batch_size=rows)
             rows *= 2
-    return pipe.model.shared["compiled"].cache_info().misses
+    from transmuter.pipelines import shared
+    return shared.of(pipe.model)["compiled"].cache_info().misses
 
 
 def same(got, want):
@@ -167,6 +168,7 @@ def row(name, n, seconds, latencies, base_rate, batch="", counts=(0, 0, 0)):
 
 def bench(name, args):
     import transmuter
+    from transmuter.pipelines import shared
 
     task, folder = WORKLOADS[name]
     if not (folder / "onnx" / "model.onnx").exists():
@@ -197,7 +199,7 @@ def bench(name, args):
         counts = check(results, want, n)
         row(label, n, seconds, latencies, base, f"{stats['requests'] / stats['batches']:.1f}",
             counts)
-    compiled = pipe.model.shared["compiled"].cache_info().misses
+    compiled = shared.of(pipe.model)["compiled"].cache_info().misses
     if compiled != shapes:  # a compile inside a timed run would dominate its figures
         print(f"  note: {compiled - shapes} shape(s) compiled during the timed runs")
 

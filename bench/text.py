@@ -111,6 +111,8 @@ def _count_padding(pipe):
     """``embed(texts)`` that, on its first call, prints the padded / real tokens of the
     pipeline's batches and of sentence-transformers' (sorted by characters, each padded to its
     longest row) and how many shapes the pipeline compiled."""
+    from transmuter.pipelines import shared
+
     shapes, feed = [], pipe._feed
 
     def recording(chunks):
@@ -131,7 +133,7 @@ def _count_padding(pipe):
         by_chars = [real[i] for i in np.argsort([-len(t) for t in texts], kind="stable")]
         peer = sum(max(by_chars[i:i + pipe.batch_size]) * len(by_chars[i:i + pipe.batch_size])
                    for i in range(0, len(real), pipe.batch_size))
-        compiled = pipe.model.shared["compiled"].cache_info().misses
+        compiled = shared.of(pipe.model)["compiled"].cache_info().misses
         print(f"padded / real tokens: transmuter {sum(r * n for r, n in shapes) / sum(real):.3f}"
               f" ({len(set(shapes))} shapes, {compiled} compiles), sentence-transformers "
               f"{peer / sum(real):.3f}")

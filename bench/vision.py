@@ -14,7 +14,7 @@ zero-shot: softmax over logits_per_image, all labels ranked). images/s = images 
 - Transmuter: ``transmuter.pipeline(task, folder, batch_size=B)(paths)`` (zero-shot:
   ``candidate_labels=LABELS``), on --backend.
 - onnxruntime: the same onnx/model.onnx, ORT_ENABLE_ALL, as many intra-op threads as cores, fed
-  by Transmuter's image processor (``load_image`` + ``ImageProcessor.from_config``, B images
+  by Transmuter's image processor (``load_image`` + ``image_processor_for``, B images
   stacked) and postprocessed here in NumPy; the zero-shot label texts are tokenized once, untimed.
 - transformers: ``transformers.pipeline(task, model=folder, device="cpu")(paths, batch_size=B)``
   on the torch weights the file was exported from, torch threads = cores, in the export
@@ -42,7 +42,7 @@ import numpy as np
 import transmuter
 from _vision_models import EXPORT_PYTHON, TASKS, model_folder, ort_session, photos
 from transmuter.preprocess.image.load import load_image
-from transmuter.preprocess.image.processor import ImageProcessor
+from transmuter.preprocess.image.auto import image_processor_for
 
 LABELS = ["cat", "dog", "a rocket", "coffee cup", "astronaut"]
 TEMPLATE = "This is a photo of {}."  # the zero-shot pipelines' default hypothesis_template
@@ -85,7 +85,7 @@ class OrtPeer:
     def __init__(self, folder, task):
         self.session = ort_session(folder / "onnx" / "model.onnx")
         self.inputs = {i.name for i in self.session.get_inputs()}
-        self.processor = ImageProcessor.from_config(
+        self.processor = image_processor_for(
             json.loads((folder / "preprocessor_config.json").read_text()))
         self.text = {}
         if task == "zero-shot-image-classification":

@@ -14,7 +14,7 @@ import pytest
 
 from transmuter.errors import InputError
 from transmuter.preprocess.image import resize_fast as R
-from transmuter.preprocess.image.load import ImageProcessor
+from transmuter.preprocess.image.auto import image_processor_for
 
 from .support import image_cases
 from .test_image_processor import HUB_FILES, REFS, compare, loaded
@@ -53,8 +53,8 @@ def processor(name):
         if not path.is_file():
             pytest.skip(f"needs ../shared/hub-files ({ref['config_source']})")
         config = json.loads(path.read_text()) | json.loads(str(ref["config_changes"]))
-        return ImageProcessor.from_config(config)
-    return ImageProcessor.from_config(json.loads(str(ref["config"])))
+        return image_processor_for(config)
+    return image_processor_for(json.loads(str(ref["config"])))
 
 
 def cases():
@@ -95,8 +95,8 @@ TORCHVISION_5 = {"RfDetrImageProcessor"}
 
 def test_every_fast_family_has_references():
     recorded = {str(reference(p.stem)["class"]) for p in references()}
-    from transmuter.preprocess.image.processor import _REGISTRY
-    fast = {name for name in _REGISTRY if name.endswith("Fast") or name in TORCHVISION_5}
+    from transmuter.preprocess.image.auto import PROCESSORS
+    fast = {name for name in PROCESSORS if name.endswith("Fast") or name in TORCHVISION_5}
     assert fast == recorded
 
 
@@ -116,14 +116,14 @@ def test_float_bilinear_path_rounds_half_to_even():
 def test_bad_fast_options_are_errors(change, match):
     config = json.loads(str(reference("fast_vit")["config"])) | change
     with pytest.raises(InputError, match=match):
-        ImageProcessor.from_config(config)(loaded("coffee"))
+        image_processor_for(config)(loaded("coffee"))
 
 
 def test_null_options_stay_none():
     # transformers sets a null key as None before the Fast __init__ fills in class defaults
     # (fast_vit_nulls and fast_detr_nulls hold its pixels); a missing key takes the default
     config = json.loads(str(reference("fast_vit")["config"]))
-    proc = ImageProcessor.from_config(config | {"do_normalize": None, "crop_pct": 0.9})
+    proc = image_processor_for(config | {"do_normalize": None, "crop_pct": 0.9})
     assert not proc.do_normalize and proc.ignored == ["crop_pct"]
     config.pop("do_normalize")
-    assert ImageProcessor.from_config(config).do_normalize
+    assert image_processor_for(config).do_normalize

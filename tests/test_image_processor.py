@@ -16,7 +16,8 @@ import PIL.Image
 import pytest
 
 from transmuter.errors import InputError
-from transmuter.preprocess.image.load import ImageProcessor, load_image
+from transmuter.preprocess.image.auto import image_processor_for
+from transmuter.preprocess.image.load import load_image
 
 from .support import image_cases
 
@@ -47,7 +48,7 @@ def processor(name):
         config = json.loads(path.read_text())
     else:
         config = json.loads(str(ref["config"]))
-    return ImageProcessor.from_config(config)
+    return image_processor_for(config)
 
 
 @functools.lru_cache(maxsize=None)
@@ -242,23 +243,23 @@ def test_missing_path_is_named(tmp_path):
 
 def test_unknown_processor_type_lists_supported(monkeypatch):
     with pytest.raises(InputError, match="'Idefics3ImageProcessor'.*supported: .*ViTImage"):
-        ImageProcessor.from_config(
+        image_processor_for(
             json.loads((FIXTURES / "vit" / "preprocessor_config.json").read_text())
             | {"image_processor_type": "Idefics3ImageProcessor"})
     with pytest.raises(InputError, match="names no image_processor_type"):
-        ImageProcessor.from_config({"do_resize": True})
+        image_processor_for({"do_resize": True})
     # a Fast type of a family whose fast processor is not implemented (every registered family
     # has one now: a stand-in) is refused with a hint at the slow one
-    from transmuter.preprocess.image.processor import _REGISTRY
-    monkeypatch.setitem(_REGISTRY, "ToyImageProcessor", _REGISTRY["ViTImageProcessor"])
+    from transmuter.preprocess.image.auto import PROCESSORS
+    monkeypatch.setitem(PROCESSORS, "ToyImageProcessor", PROCESSORS["ViTImageProcessor"])
     with pytest.raises(InputError, match="torchvision.*ToyImageProcessor to accept"):
-        ImageProcessor.from_config({"image_processor_type": "ToyImageProcessorFast"})
+        image_processor_for({"image_processor_type": "ToyImageProcessorFast"})
 
 
 def test_the_committed_fixture_configs_are_supported():
     for name in ("vit", "clip", "siglip", "detr", "yolos", "segformer", "dpt"):
         config = json.loads((FIXTURES / name / "preprocessor_config.json").read_text())
-        assert type(ImageProcessor.from_config(config)).__name__ == config["image_processor_type"]
+        assert type(image_processor_for(config)).__name__ == config["image_processor_type"]
 
 
 @pytest.mark.parametrize("change,match", [
@@ -272,12 +273,12 @@ def test_the_committed_fixture_configs_are_supported():
 def test_bad_options_are_errors(change, match):
     config = json.loads((FIXTURES / "vit" / "preprocessor_config.json").read_text()) | change
     with pytest.raises(InputError, match=match):
-        ImageProcessor.from_config(config)(loaded("coffee"))
+        image_processor_for(config)(loaded("coffee"))
 
 
 def test_options_transformers_ignores_are_listed():
     config = json.loads((FIXTURES / "vit" / "preprocessor_config.json").read_text())
-    proc = ImageProcessor.from_config(config | {"crop_pct": 0.9, "processor_class": "X"})
+    proc = image_processor_for(config | {"crop_pct": 0.9, "processor_class": "X"})
     assert proc.ignored == ["crop_pct"]
 
 
@@ -309,7 +310,7 @@ def test_the_byte_table_gives_the_bits_of_the_steps(options):
     """rescale_normalize looks uint8 pixels up in a per-channel table of the same steps; exact
     equality (not ATOL) with transformers' step-by-step order on every byte value: the steps are
     elementwise in the same dtypes, so any difference is a bug in the table."""
-    proc = ImageProcessor.from_config({"image_processor_type": "ViTImageProcessor", **options})
+    proc = image_processor_for({"image_processor_type": "ViTImageProcessor", **options})
     every = np.arange(256, dtype=np.uint8).reshape(16, 16)  # each byte value in each channel
     pixels = np.stack([every, every.T, every[::-1]], axis=-1)
     looked_up = proc.rescale_normalize(pixels)
@@ -323,7 +324,7 @@ def test_a_pil_image_and_its_array_give_the_same_pixels():
     image = PIL.Image.fromarray(
         np.random.default_rng(1).integers(0, 256, (300, 410, 3), dtype=np.uint8))
     for kind in ("ViTImageProcessor", "CLIPImageProcessor"):
-        proc = ImageProcessor.from_config({"image_processor_type": kind})
+        proc = image_processor_for({"image_processor_type": kind})
         (a, size_a), (b, size_b) = proc.transform_image(image), proc.transform(np.asarray(image))
         np.testing.assert_array_equal(a, b)
         assert size_a == size_b

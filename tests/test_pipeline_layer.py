@@ -12,7 +12,7 @@ import pytest
 
 import transmuter
 from transmuter import buckets
-from transmuter.pipelines import PipelineError, registry
+from transmuter.pipelines import PipelineError, registry, shared
 
 from . import (test_generation_pipeline, test_pipelines_audio, test_pipelines_text,
                test_pipelines_vision, test_text2text)
@@ -55,7 +55,7 @@ def test_every_recorded_reference_is_checked(fixture, task):
 def _freed(task, fixture, *inputs, **options):
     pipe = transmuter.pipeline(task, ROOT / fixture, **options)
     pipe(*inputs)
-    refs = [weakref.ref(pipe.model), *(weakref.ref(v) for v in pipe.model.shared.values())]
+    refs = [weakref.ref(pipe.model), *(weakref.ref(v) for v in shared.of(pipe.model).values())]
     assert len(refs) > 1, "the call should have left a compiled function on the model"
     del pipe
     gc.collect()

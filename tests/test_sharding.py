@@ -33,7 +33,7 @@ import pytest
 
 import transmuter
 from transmuter.errors import InputError
-from transmuter.pipelines import PipelineError
+from transmuter.pipelines import PipelineError, shared
 
 from .fixtures import ROOT, pipeline_reference, steps
 from .test_pipelines_text import assert_close
@@ -111,8 +111,8 @@ def _encoder_case(task, fixture, options, batch_size, repeat):
     placed, outputs = [], []
     _spy_puts(many.model, placed)
     first = many(inputs[0], **kwargs)  # a batch of 1: compiles, then the spy sees outputs too
-    compiled = many.model.shared["compiled"]
-    many.model.shared["compiled"] = _Outputs(compiled, outputs)
+    compiled = shared.of(many.model)["compiled"]
+    shared.of(many.model)["compiled"] = _Outputs(compiled, outputs)
     return {"one": _plain(one(inputs, **kwargs)), "many": _plain(many(inputs, **kwargs)),
             "single": _plain(first), "single_one": _plain(one(inputs[0], **kwargs)),
             "placed": placed, "outputs": outputs,

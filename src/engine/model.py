@@ -101,9 +101,6 @@ class Model:
                     self.constants[name] = value
         self.graph.initializers = {}
         self._default_fn = None
-        # What pipelines over this model share (its compiled function, a generator): it lives
-        # and dies with the model, never in a module-level cache that would keep it alive.
-        self.shared = {}
 
     def _resolve_ops(self):
         missing = set()

@@ -61,7 +61,7 @@ def stream(run, decode, final=None):
             result = run(on_step)
             chunks.put(streamer.end())
             if final is not None:
-                chunks.put(_Final(final(result)))
+                chunks.put(FinalItem(final(result)))
             chunks.put(done)
         except BaseException as e:  # handed to the consumer
             chunks.put(e)
@@ -73,13 +73,13 @@ def stream(run, decode, final=None):
             return
         if isinstance(item, BaseException):
             raise item
-        if isinstance(item, _Final):
+        if isinstance(item, FinalItem):
             yield item.value
         elif item:
             yield item
 
 
-class _Final:
+class FinalItem:
     """The last item of a stream (not a text chunk, so it is yielded even when empty)."""
 
     def __init__(self, value):

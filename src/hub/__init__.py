@@ -1,6 +1,7 @@
 """The Hub layer: a repo id or folder resolved to files (repo.py), the variant chosen
 (variants.py), downloads verified (verify.py), models loaded from a repo (load.py) and saved
-(save.py). ``transmuter.hub.resolve`` and the names below keep the paths of the old hub.py."""
+(save.py), framework weight files read and written (weight_files.py). ``transmuter.hub.resolve``
+and the names below keep the paths of the old hub.py."""
 
 from ..engine.io.onnx_file import read_onnx
 from .load import load, load_beside

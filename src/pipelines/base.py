@@ -23,7 +23,8 @@ from ..options import positive_int
 from ..serving import Server
 from ..engine.sharding import row_multiple
 from .. import buckets
-from . import prefetch
+from ..engine.compiled import compile
+from . import prefetch, shared
 
 
 class Pipeline:
@@ -237,20 +238,23 @@ class Pipeline:
 
     def _feed(self, chunks):
         items = [c[self.featurizer.key] for c in chunks]
-        feed = self.featurizer.batch(items, self._rows(len(items)), self._inputs, self.task)
+        return self.batch_feed(items, self._rows(len(items)))
+
+    def batch_feed(self, items, rows):
+        """The model's feed of featurizer ``items`` padded to ``rows`` rows, in the dtypes of the
+        model's inputs (inference batches and training.batches both make theirs with it)."""
+        feed = self.featurizer.batch(items, rows, self._inputs, self.task)
         return {k: v.astype(self._inputs[k].dtype, copy=False) for k, v in feed.items()}
 
     def _run_model(self, feed, model=None, rng_seed=None):
         """The graph's outputs (NumPy) for ``feed``; the first call compiles (engine/compiled.py),
         later ones reuse the compiled function, which compiles each new padded shape once. The
-        function lives on the model (``model.shared``), so pipelines over one model share it and
-        it dies with the model."""
-        from ..engine.compiled import compile
+        function is shared per model (shared.py), so pipelines over one model share it and it
+        dies with the model."""
         model = self.model if model is None else model
-        fn = model.shared.get("compiled")
-        if fn is None:
-            # made empty, not by transmuter.compile, which would run this batch once more
-            fn = model.shared["compiled"] = compile(model, cache_size=self.cache_size)
+        # made empty, not with an example, which would run this batch once more
+        fn = shared.per_model(model, "compiled",
+                              lambda: compile(model, cache_size=self.cache_size))
         return {k: np.asarray(v) for k, v in fn(feed, rng_seed=rng_seed).items()}
 
     def output(self, outputs, *names):

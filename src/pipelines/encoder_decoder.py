@@ -1,25 +1,25 @@
 """The encoder-decoder generator a pipeline runs (text2text, Whisper, Moonshine): one per decoder
-model, shared by the pipelines over it (each step shape compiles once); it lives on the model
-(``model.shared``) and dies with it."""
+model, shared by the pipelines over it (each step shape compiles once) through shared.py, and
+dying with the model."""
 
 from ..generation.seq2seq import Seq2SeqGenerator
 from ..errors import PipelineError
+from ..hub.load import load_beside
+from . import shared
 
 
 def generator(model, config, repo=None, encoder=None, encoder_variant=None):
     """``model``'s Seq2SeqGenerator, made on first use with ``encoder`` (a transmuter.Model) or
     the repo's encoder_model. A decoder without past inputs (a split export's decoder_model)
     runs the first step; the repo's decoder_with_past_model, loaded beside it, the others."""
-    gen = model.shared.get("seq2seq")
-    if gen is None or encoder is not None:
-        encoder = encoder or load_encoder(repo, model, encoder_variant)
+    def make():
+        first = encoder or load_encoder(repo, model, encoder_variant)
         if has_past(model):
-            gen = Seq2SeqGenerator(encoder, model, config)
-        else:
-            with_past = load_with_past(repo, model, encoder_variant)
-            gen = Seq2SeqGenerator(encoder, with_past, config, first_decoder=model)
-        model.shared["seq2seq"] = gen
-    return gen
+            return Seq2SeqGenerator(first, model, config)
+        with_past = load_with_past(repo, model, encoder_variant)
+        return Seq2SeqGenerator(first, with_past, config, first_decoder=model)
+
+    return shared.per_model(model, "seq2seq", make, renew=encoder is not None)
 
 
 def has_past(model):
@@ -29,8 +29,6 @@ def has_past(model):
 def load_with_past(repo, decoder, variant):
     """A split pair's decoder_with_past_model, in ``decoder``'s precision as load_encoder picks
     it."""
-    from ..hub.load import load_beside
-
     files = repo.onnx_files() if repo is not None else []
     if not any(f.rsplit("/", 1)[-1].startswith("decoder_with_past_model") for f in files):
         raise PipelineError("This decoder takes no past_key_values (a split export's "
@@ -44,8 +42,6 @@ def load_with_past(repo, decoder, variant):
 def load_encoder(repo, decoder, variant):
     """The repo's encoder_model: the decoder's half precision when its encoder input is half,
     else ``variant`` or the repo's default (config.json / fp32 first)."""
-    from ..hub.load import load_beside
-
     if repo is None:
         raise PipelineError("An encoder-decoder model loaded by hand needs encoder= (the "
                             "encoder's transmuter.Model) or config= its repo folder")

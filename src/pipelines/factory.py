@@ -1,8 +1,14 @@
 """``pipeline(task, model, **options)``: resolve the repo once, load the graph and what the task
 declares it needs (``featurizers``: a tokenizer, an image processor)."""
 
-from . import registry
+from .. import hub
+from ..engine.model import Model
 from ..errors import PipelineError
+from ..hub.load import load
+from . import registry
+
+# The featurizers' modules are imported when a pipeline first needs one, as the registry imports
+# a task's module: importing transmuter loads no tokenizer, PIL or image processor family.
 
 
 def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_extractor=None,
@@ -29,12 +35,9 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     ``jax.sharding.Mesh``; each batch of ``batch_size`` rows is split over them, docs/scaling.md;
     a model loaded by hand takes its own ``load(devices=)``). Other options
     (``batch_size``, ``sequence_length``, ``progress`` and the task's own, e.g. ``top_k``) go to
-    the pipeline.
+    the pipeline. A task whose model families run apart (registry.FAMILIES) gets the class of the
+    model's family, by config.json's ``model_type``.
     """
-    from .. import hub
-    from ..engine.model import Model
-    from ..hub.load import load
-
     cls = registry.get(task)
     if model is None:
         raise PipelineError(f"pipeline({task!r}) needs a model: a Hub id like 'org/name', a local "
@@ -51,8 +54,11 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
             repo = hub.resolve(config, **where)
     else:
         repo = hub.resolve(model, **where)
-        # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...)
-        component = cls.onnx_component(repo) if hasattr(cls, "onnx_component") else "model"
+        # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...), a
+        # family its own (the repo's config.json says which)
+        reads = registry.get(task, repo.config().get("model_type")) \
+            if registry.has_families(task) else cls
+        component = reads.onnx_component(repo) if hasattr(reads, "onnx_component") else "model"
         model = load(repo.onnx_file(component, variant), backend=backend,
                      compute_type=compute_type, checks=checks, compile_cache=compile_cache,
                      devices=devices, trainable=trainable)
@@ -61,6 +67,8 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     if config is None:
         raise PipelineError("A model given as a transmuter.Model needs config= (config.json as a "
                             "dict, or the repo/folder it came from)")
+    if registry.has_families(task):
+        cls = registry.get(task, config.get("model_type") if isinstance(config, dict) else None)
     given = {"tokenizer": tokenizer, "image_processor": image_processor,
              "feature_extractor": feature_extractor}
     unused = [name for name, value in given.items()
@@ -76,7 +84,7 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
 
 
 def _tokenizer(tokenizer, repo, where):
-    from .. import hub
+    from ..preprocess.text.auto import tokenizer_for
     from ..preprocess.text.tokenizer import Tokenizer
 
     if isinstance(tokenizer, Tokenizer):
@@ -85,11 +93,11 @@ def _tokenizer(tokenizer, repo, where):
         if repo is None:
             raise PipelineError("Give tokenizer= (a tokenizers.Tokenizer, a transmuter Tokenizer, "
                                 "or a folder) with a model loaded by hand")
-        return Tokenizer.from_repo(repo)
+        return tokenizer_for(repo)
     if type(tokenizer).__module__.startswith("tokenizers"):
         # special tokens and limits still come from the repo's tokenizer_config.json
         return Tokenizer(tokenizer, repo.json("tokenizer_config.json", {}) if repo else {})
-    return Tokenizer.from_repo(hub.resolve(tokenizer, **where))
+    return tokenizer_for(hub.resolve(tokenizer, **where))
 
 
 def _check_vocabulary(model, tokenizer):
@@ -120,26 +128,28 @@ def _largest_id(tokenizer):
 
 
 def _image_processor(processor, repo, where):
-    from ..preprocess.image.load import ImageProcessor
+    from ..preprocess.image.auto import image_processor_for
+    from ..preprocess.image.processor import ImageProcessor
 
-    return _preprocessor(processor, repo, where, ImageProcessor, "image_processor", "images")
+    return _preprocessor(processor, repo, where, ImageProcessor, image_processor_for,
+                         "image_processor", "images")
 
 
 def _feature_extractor(extractor, repo, where):
     from ..preprocess.audio.features import FeatureExtractor
 
-    return _preprocessor(extractor, repo, where, FeatureExtractor, "feature_extractor", "audio")
+    return _preprocessor(extractor, repo, where, FeatureExtractor, FeatureExtractor.from_config,
+                         "feature_extractor", "audio")
 
 
-def _preprocessor(given, repo, where, cls, option, what):
+def _preprocessor(given, repo, where, cls, build, option, what):
     """An image processor or feature extractor: ``given`` as it is (a ``cls``), from a
-    preprocessor_config.json dict, or from a repo/folder (the model's own by default)."""
-    from .. import hub
-
+    preprocessor_config.json dict, or from a repo/folder (the model's own by default); ``build``
+    makes one from the dict."""
     if isinstance(given, cls):
         return given
     if isinstance(given, dict):
-        return cls.from_config(given)
+        return build(given)
     if given is not None:
         repo = hub.resolve(given, **where)
     if repo is None:
@@ -149,7 +159,7 @@ def _preprocessor(given, repo, where, cls, option, what):
     if settings is None:
         raise PipelineError(f"{repo.label} has no preprocessor_config.json, so its {what} cannot "
                             f"be prepared as the model expects; give {option}=")
-    return cls.from_config(settings)
+    return build(settings)
 
 
 _FEATURIZERS = {"tokenizer": _tokenizer, "image_processor": _image_processor,

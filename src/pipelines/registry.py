@@ -1,4 +1,6 @@
-"""Task names and aliases, as transformers spells them, plus ours; each maps to its pipeline class.
+"""Task names and aliases, as transformers spells them, plus ours; each maps to its pipeline class,
+and a model family that a task runs its own way to that family's class (picked by config.json's
+``model_type``: a task's class knows no family).
 
 Classes are named by module path and imported on first use, so importing transmuter does not
 import every task."""
@@ -36,11 +38,21 @@ TASKS = {
     "image-to-text": ("vision.image_to_text", "ImageToTextPipeline"),
     "image-text-to-text": ("vision.image_text_to_text", "ImageTextToTextPipeline"),
     "image-embedding": ("vision.embedding", "ImageEmbeddingPipeline"),
-    "text-to-audio": ("audio.text_to_speech", "TextToAudioPipeline"),
+    "text-to-audio": ("audio.tts.pipeline", "TextToAudioPipeline"),
     "audio-classification": ("audio.classification", "AudioClassificationPipeline"),
     "zero-shot-audio-classification": ("audio.zero_shot", "ZeroShotAudioClassificationPipeline"),
     "automatic-speech-recognition": ("audio.speech_recognition",
                                      "AutomaticSpeechRecognitionPipeline"),
+}
+# (task, config.json's model_type) -> (module, class name): a family's own class (a subclass of
+# the task's), for models of that type; other model types get the task's class of TASKS.
+FAMILIES = {
+    ("image-to-text", "florence2"): ("vision.florence2.pipeline", "Florence2Pipeline"),
+    ("zero-shot-object-detection", "grounding-dino"): ("vision.grounding_dino",
+                                                       "GroundingDinoDetectionPipeline"),
+    # text-to-audio's own class runs neither: it refuses other model types
+    ("text-to-audio", "vits"): ("audio.tts.vits", "VitsTextToAudioPipeline"),
+    ("text-to-audio", "speecht5"): ("audio.tts.speecht5", "SpeechT5TextToAudioPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -62,9 +74,12 @@ def normalize(task):
     return ALIASES.get(task, task)
 
 
-def get(task):
-    """The pipeline class of ``task`` (or one of its aliases)."""
+def get(task, model_type=None):
+    """The pipeline class of ``task`` (or one of its aliases); with ``model_type`` (config.json's),
+    that family's class where FAMILIES has one."""
     name = normalize(task)
+    if isinstance(model_type, str) and (name, model_type) in FAMILIES:
+        return _load(*FAMILIES[name, model_type])
     if re.fullmatch(r"translation_[^_]+_to_[^_]+", name):  # transformers' translation_xx_to_yy
         return get("translation").for_task(name)
     if name not in TASKS:
@@ -73,7 +88,16 @@ def get(task):
                                 f"it has: {', '.join(supported())}")
         raise PipelineError(f"Unknown task {task!r}; known tasks: {', '.join(supported())} "
                             f"(aliases: {', '.join(f'{a} -> {t}' for a, t in ALIASES.items())})")
-    module, cls = TASKS[name]
+    return _load(*TASKS[name])
+
+
+def has_families(task):
+    """Whether some model type of ``task`` has a class of its own (FAMILIES)."""
+    name = normalize(task)
+    return any(t == name for t, _ in FAMILIES)
+
+
+def _load(module, cls):
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 
 

@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 
 from ..errors import PipelineError
+from ..hub.load import load_beside
 from .featurizers import TEXT_INPUTS
 
 LABEL_SETS_KEPT = 8  # label-set embeddings a split pipeline keeps (one call's set is reused)
@@ -52,8 +53,6 @@ def component(repo, split):
 
 def load_text_model(repo, half, variant, what):
     """The repo's text_model.onnx, loaded as ``half`` was."""
-    from ..hub.load import load_beside
-
     if repo is None:
         raise PipelineError(f"A split {what} loaded by hand needs text_model= (the text half's "
                             "transmuter.Model) or config= its repo folder")

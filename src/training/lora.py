@@ -9,6 +9,7 @@ B train; ``merge`` gives the merged weights by initializer name, which ``model.a
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 
 from ..errors import InputError
@@ -29,8 +30,6 @@ class Adapters:
         return f"Adapters({len(self.names)} weights, rank={self.rank}, alpha={self.alpha})"
 
     def init(self, seed=0):
-        import jax.numpy as jnp
-
         rng = np.random.default_rng(seed)
         params = {}
         for name in self.names:

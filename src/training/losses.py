@@ -1,19 +1,23 @@
 """The losses of ``training.loss``: each ``kind(pipe)`` returns ``loss(params, batch) -> scalar``,
 the mean over the batch's real rows (``batch.weights``), written as the peers write them
-(transformers' ``*ForSequenceClassification`` heads, sentence-transformers' losses)."""
+(transformers' ``*ForSequenceClassification`` heads, sentence-transformers' losses), and
+the constants the batches share with them (IGNORE, MNRL_SCALE)."""
 
 import jax
 import jax.numpy as jnp
 
+from ..engine.compiled import compile
 from ..errors import InputError
-from .steps import IGNORE, MNRL_SCALE
+from ..pipelines.text import st_modules
+from ..pipelines.text.embedding import pool
+
+IGNORE = -100  # transformers' ignore_index: tokens without a label (sub-tokens, specials, padding)
+MNRL_SCALE = 20.0  # sentence-transformers MultipleNegativesRankingLoss(scale=20.0)
 
 
 def _outputs(pipe):
     """The model's outputs of a feed with given params, traced in the caller's jit. Its index
     inputs are checked on the host (``training.Step``), so the traced call skips them."""
-    from ..engine.compiled import compile
-
     fn = compile(pipe.model, checks=False, cache_size=pipe.cache_size)
     return lambda params, feed: fn(feed, params=params)
 
@@ -88,9 +92,6 @@ def _embedder(pipe):
     """Sentence embeddings of a feed as the pipeline computes them, traced: pooled, then the
     modules after pooling in order. A Dense reads its weights from params where they are given
     (training.params: they train), else its own (frozen)."""
-    from ..pipelines.text import st_modules
-    from ..pipelines.text.embedding import pool
-
     outputs = _outputs(pipe)
     heads = head_names(pipe)
 

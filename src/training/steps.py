@@ -46,15 +46,38 @@ Losses (``loss=``, default by task, as the peers train these heads):
 
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..errors import InputError
+from . import losses as training_losses
+from .losses import IGNORE
+from .lora import adapters as lora_adapters
 
 LOSSES = ("cross-entropy", "mse", "binary-cross-entropy", "multiple-negatives-ranking",
           "cosine-similarity")
 _EMBEDDING_LOSSES = ("multiple-negatives-ranking", "cosine-similarity")
-IGNORE = -100  # transformers' ignore_index: tokens without a label (sub-tokens, specials, padding)
-MNRL_SCALE = 20.0  # sentence-transformers MultipleNegativesRankingLoss(scale=20.0)
+
+
+class _Examples(NamedTuple):
+    """What a task's examples are, where they are not what its pipeline takes with one label
+    each: ``apart``, tuples of texts embedded apart (the embedding losses); ``words``, pre-split
+    words with a label per word (labels per token); ``pair``, a (query, document) pair scored
+    as one document. ``one_logit``: the default loss of a head of one logit."""
+
+    apart: bool = False
+    words: bool = False
+    pair: bool = False
+    one_logit: str = "mse"
+
+
+# By pipeline task; other tasks take their pipeline's inputs, one label each.
+_TASKS = {
+    "text-embedding": _Examples(apart=True),
+    "token-classification": _Examples(words=True),
+    "text-ranking": _Examples(pair=True, one_logit="binary-cross-entropy"),
+}
 
 
 class Batch(NamedTuple):
@@ -92,8 +115,7 @@ class Batches:
         inputs = []
         for column in self.columns:
             items = [column[i] for i in rows]
-            feed = pipe.featurizer.batch(items, n, pipe._inputs, pipe.task)
-            inputs.append({k: v.astype(pipe._inputs[k].dtype, copy=False) for k, v in feed.items()})
+            inputs.append(pipe.batch_feed(items, n))
         weights = np.zeros(n, np.float32)
         weights[:len(rows)] = 1
         return Batch(tuple(inputs), self._labels(rows, inputs[0]["input_ids"].shape[1]), weights)
@@ -150,8 +172,6 @@ def loss(pipe, kind=None):
     if _per_token(pipe) and kind != "cross-entropy":
         raise InputError(f"loss {kind!r} does not fit a token-classification pipeline: it "
                          "trains with cross-entropy over the labelled tokens")
-    from . import losses as training_losses
-
     return getattr(training_losses, kind.replace("-", "_"))(pipe)
 
 
@@ -162,7 +182,6 @@ class Step:
     """A compiled optimizer step: ``params, state, loss = step(params, state, batch)``."""
 
     def __init__(self, model, loss_fn, optimizer):
-        import jax
         import optax
 
         self.model, self.optimizer = model, optimizer
@@ -192,8 +211,6 @@ def params(pipe):
     weights by ``"<module folder>/linear.weight"`` (and ``".../linear.bias"``), which train too
     and which ``save_pretrained`` writes back into the module's folder. Pass
     ``pipe.model.trainable_params`` instead to keep the Dense modules as they are."""
-    import jax.numpy as jnp
-
     _check_pipeline(pipe)
     out = dict(pipe.model.trainable_params)
     for module in getattr(pipe, "head", ()):
@@ -203,13 +220,11 @@ def params(pipe):
 
 
 def lora(pipe, *, rank=8, alpha=None, targets=None):
-    """Low-rank adapters (training/lora.py) on the MatMul / Gemm weights of ``pipe``'s model: pass them as
-    ``step(..., lora=adapters)``, train ``adapters.init()``, save
+    """Low-rank adapters (training/lora.py) on the MatMul / Gemm weights of ``pipe``'s model:
+    pass them as ``step(..., lora=adapters)``, train ``adapters.init()``, save
     ``adapters.merge(params)``. ``targets``: names or a predicate (default: every such weight)."""
-    from . import lora as lora_module
-
     _check_pipeline(pipe)
-    return lora_module.adapters(pipe.model, rank=rank, alpha=alpha, targets=targets)
+    return lora_adapters(pipe.model, rank=rank, alpha=alpha, targets=targets)
 
 
 def step(pipe, optimizer, *, loss=None, accumulate=1, lora=None):
@@ -259,8 +274,12 @@ def _check_pipeline(pipe):
                          f"runs on {model.backend.name}: load it with backend='jax'")
 
 
+def _task(pipe):
+    return _TASKS.get(pipe.task, _Examples())
+
+
 def _embeds_apart(pipe):
-    return pipe.task == "text-embedding"
+    return _task(pipe).apart
 
 
 def _columns(pipe, examples, pairs):
@@ -277,13 +296,13 @@ def _columns(pipe, examples, pairs):
 
 
 def _per_token(pipe):
-    return pipe.task == "token-classification"
+    return _task(pipe).words
 
 
 def _item(pipe, example, index):
     if _per_token(pipe):
         return _words(pipe, example, index)
-    if pipe.task == "text-ranking":  # a (query, document) pair: one document to score
+    if _task(pipe).pair:  # a (query, document) pair: one document to score
         if not (isinstance(example, (tuple, list)) and len(example) == 2):
             raise InputError(f"training example {index}: text-ranking trains on (query, "
                              f"document) pairs, got {example!r:.80}")
@@ -366,7 +385,7 @@ def _default_loss(pipe):
     if pipe.config.get("problem_type") == "multi_label_classification":
         return "binary-cross-entropy"
     if classes == 1:
-        return "binary-cross-entropy" if pipe.task == "text-ranking" else "mse"
+        return _task(pipe).one_logit
     if pipe.config.get("problem_type") == "regression":
         return "mse"
     return "cross-entropy"

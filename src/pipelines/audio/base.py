@@ -2,7 +2,7 @@
 
 import itertools
 
-from ...preprocess.audio.load import is_audio
+from ...preprocess.audio.load import is_audio, load_audio
 from ..base import Pipeline
 from ..featurizers import AudioFeaturizer
 
@@ -40,8 +40,6 @@ class AudioPipeline(Pipeline):
 
     def samples(self, inputs):
         """float32 mono samples of one input at the feature extractor's rate."""
-        from ...preprocess.audio.load import load_audio
-
         return load_audio(inputs, self.sampling_rate, mix_channels=self.mix_channels)
 
     def preprocess(self, inputs):

@@ -12,6 +12,7 @@ import operator
 import numpy as np
 
 from ...errors import PipelineError
+from ...preprocess.text.ctc import CTCTokenizer
 
 
 def is_ctc(config, model):
@@ -22,8 +23,6 @@ def is_ctc(config, model):
 
 class Head:
     def __init__(self, pipe, model, config, **_):
-        from ...preprocess.text.ctc import CTCTokenizer
-
         if not isinstance(pipe.tokenizer, CTCTokenizer):
             raise PipelineError("A CTC model needs its Wav2Vec2CTCTokenizer (vocab.json and "
                                 "tokenizer_config.json); this repo's tokenizer is "

@@ -1,6 +1,6 @@
 """automatic-speech-recognition: transformers' AutomaticSpeechRecognitionPipeline over CTC models
 (wav2vec2, HuBERT, Data2Vec audio, Wav2Vec2-BERT: ctc.py), Whisper (encoder + merged decoder, or
-decoder_model + decoder_with_past_model: whisper.py) and Moonshine (seq2seq_speech.py).
+decoder_model + decoder_with_past_model: whisper/pipeline.py) and Moonshine (seq2seq_speech.py).
 
     pipe("speech.wav")                                   -> {"text": "HELLO WORLD"}
     pipe(clip, return_timestamps="word")                 -> {"text": ..., "chunks": [...]}
@@ -14,7 +14,9 @@ and of other recordings share batches, and their outputs are merged as transform
 """
 
 from ...errors import PipelineError
+from . import ctc, seq2seq_speech
 from .base import AudioPipeline
+from .whisper import pipeline as whisper
 
 
 class AutomaticSpeechRecognitionPipeline(AudioPipeline):
@@ -25,9 +27,6 @@ class AutomaticSpeechRecognitionPipeline(AudioPipeline):
 
     def __init__(self, model, config=None, *, tokenizer, repo=None, encoder=None,
                  encoder_variant=None, **kwargs):
-        from . import ctc, seq2seq_speech
-        from .whisper import pipeline as whisper
-
         self.tokenizer = tokenizer
         kind = whisper if whisper.is_whisper(config) else \
             seq2seq_speech if seq2seq_speech.is_seq2seq_speech(config) else \

@@ -38,7 +38,7 @@ from ...generation.sampling import Sampler, build_warpers
 from ...generation.rows import Rows
 from ...generation.steppers import cache_capacity
 from ...generation.stopping import StopStrings, finished
-from ...generation.streaming import TextStreamer, _Final
+from ...generation.streaming import FinalItem, TextStreamer
 
 _END = object()  # a stream's last item
 COMPILED_SHAPES = 64  # the decode graph's compiled shapes kept while a server runs
@@ -304,7 +304,7 @@ class _Request:
             if rest:
                 self._send(rest)
             if self.post["summary"]:
-                self._send(_Final({"token_summary": summaries[0],
+                self._send(FinalItem({"token_summary": summaries[0],
                                    "finish_reason": self._reason(new[0])}))
             self._send(_END)
             return
@@ -367,7 +367,7 @@ def _item(request, item):
     """A stream item for the consumer: a chunk, the final dict, or raise its error."""
     if isinstance(item, BaseException):
         raise item
-    return item.value if isinstance(item, _Final) else item
+    return item.value if isinstance(item, FinalItem) else item
 
 
 def _chunks(request, get):

@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 
+from ... import hub
 from ...errors import PipelineError
 from . import st_modules
 from .base import TextPipeline, check_text
@@ -180,8 +181,6 @@ def sentence_transformers_settings(repo):
 def _base_model_repo(repo):
     """The repo named by ``base_model:`` in the README's front matter, when it has
     modules.json (fetched through the Hub; None when unreachable or absent)."""
-    from ... import hub
-
     if not repo.has("README.md"):
         return None
     with open(repo.file("README.md"), encoding="utf-8") as f:

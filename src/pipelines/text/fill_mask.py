@@ -4,6 +4,8 @@
     Several masks give one such list per mask; ``targets`` limits the candidates.
 """
 
+import warnings
+
 import numpy as np
 
 from ...errors import PipelineError
@@ -34,7 +36,6 @@ class FillMaskPipeline(TextPipeline):
     def target_ids(self, targets):
         """Vocabulary ids of ``targets``; a word outside it becomes its first token, as
         transformers does (with a warning)."""
-        import warnings
         vocab = self.tokenizer.get_vocab()
         ids = []
         for target in [targets] if isinstance(targets, str) else targets:

@@ -9,6 +9,8 @@ tokens of one entity grouped, B-/I- aware), and the word strategies ``first``, `
 largest compiled length (transformers' ``truncation=True``).
 """
 
+import warnings
+
 import numpy as np
 
 from ...errors import PipelineError
@@ -35,7 +37,6 @@ class TokenClassificationPipeline(TextPipeline):
                                 f"{aggregation_strategy!r}")
         if strategy in ("first", "average", "max") and not self.tokenizer.continuing_subword_prefix:
             # transformers warns and falls back to a space heuristic; say so once, here.
-            import warnings
             warnings.warn("Tokenizer does not support real words, using fallback heuristic")
         ignore = ["O"] if ignore_labels is None else list(ignore_labels)
         return {}, {}, {"strategy": strategy, "ignore_labels": ignore}

@@ -15,8 +15,9 @@ pixel_values whatever its name (RMBG-1.4's and MODNet's is ``input``).
 
 import numpy as np
 
-from ...preprocess.image.resize_sharp import sharp_bilinear
 from ...errors import PipelineError
+from ...preprocess.image.load import load_image
+from ...preprocess.image.resize_sharp import sharp_bilinear
 from .base import VisionPipeline, image_size
 
 # transformers.js: "an epsilon to safeguard against numerical/precision issues when detecting the
@@ -45,8 +46,6 @@ class BackgroundRemovalPipeline(VisionPipeline):
         """The processed features, and the RGB pixels the cut-out is made of (load_image drops an
         alpha channel without compositing: an RGBA input keeps its RGB and gets the mask as its
         alpha, as transformers.js' putAlpha replaces it)."""
-        from ...preprocess.image.load import load_image
-
         loaded = load_image(image)
         return {"image": self.image_processor(loaded), "cutout_source": loaded}
 

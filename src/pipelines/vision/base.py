@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from ...preprocess.image.load import load_image
 from ..base import Pipeline
 from ..featurizers import ImageFeaturizer
 
@@ -35,8 +36,6 @@ class VisionPipeline(Pipeline):
 
     def features(self, image):
         """A chunk for one image: its processed features under ``image``."""
-        from ...preprocess.image.load import load_image
-
         return {"image": self.image_processor(load_image(image))}
 
     def _forward(self, chunks, **params):

@@ -28,15 +28,17 @@ import copy
 
 import numpy as np
 
-from ...errors import InputError
+from ...engine.compiled import compile
+from ...errors import InputError, PipelineError
 from ...generation import GenerationConfig, Generator
 from ...generation.config import check_options
 from ...generation.streaming import stream as stream_text
-from ...preprocess.text import chat_template
+from ...hub.load import load_beside
 from ...preprocess.image.load import load_image
+from ...preprocess.text import chat_template
 from ...preprocess.text.tokenizer import clean_up_tokenization
+from .. import shared
 from ..base import Pipeline, generation_options
-from ...errors import PipelineError
 from .vlm_families import family_of
 
 PIPELINE_DEFAULTS = {"max_new_tokens": 256}  # transformers' _default_generation_config (4.57)
@@ -51,13 +53,12 @@ class ImageTextToTextPipeline(Pipeline):
                  vision_encoder=None, embed_tokens=None, **kwargs):
         self.family = family_of(config)(repo, config)
         self.tokenizer = tokenizer
-        self.vision = vision_encoder or _side_model(repo, model, "vision_encoder",
-                                                    encoder_variant, required=False)
-        embed = embed_tokens or _side_model(repo, model, "embed_tokens", encoder_variant)
+        self.vision = vision_encoder or side_model(repo, model, "vision_encoder",
+                                                   encoder_variant, required=False)
+        embed = embed_tokens or side_model(repo, model, "embed_tokens", encoder_variant)
         text = dict((config or {}).get("text_config") or {})
-        self.generator = model.shared.get("vlm") or EmbedsGenerator(model, {**config, **text},
-                                                                   embed)
-        model.shared["vlm"] = self.generator
+        self.generator = shared.per_model(
+            model, "vlm", lambda: EmbedsGenerator(model, {**config, **text}, embed))
         self.image_token_id = config.get("image_token_id")
         self.generation_file = repo.json("generation_config.json", {}) if repo else {}
         super().__init__(model, config, repo=repo, **kwargs)
@@ -186,11 +187,9 @@ class ImageTextToTextPipeline(Pipeline):
         embeds = self.generator.embed_ids(np.asarray([chunk["ids"]], np.int64))[0]
         if chunk["vision"] is None:
             return embeds
-        fn = self.vision.shared.get("compiled")
-        if fn is None:
-            from ...engine.compiled import compile
-            fn = self.vision.shared["compiled"] = compile(self.vision,
-                                                                   cache_size=self.cache_size)
+        # the vision encoder's compiled function, as _run_model shares a model's
+        fn = shared.per_model(self.vision, "compiled",
+                              lambda: compile(self.vision, cache_size=self.cache_size))
         features = self.family.features(fn, chunk["vision"])
         at = np.nonzero(np.asarray(chunk["ids"]) == self.image_token_id)[0]
         if len(at) != len(features):
@@ -271,8 +270,6 @@ class EmbedsGenerator(Generator):
     one per prompt, None or its [3, n] M-RoPE positions (the steppers' ``row_positions``)."""
 
     def __init__(self, model, model_config, embed_model):
-        from ...engine.compiled import compile
-
         super().__init__(model, model_config)
         self.embed_fn = compile(embed_model)
         self._rows = self.row_positions = None
@@ -308,10 +305,8 @@ class EmbedsGenerator(Generator):
             self._rows = self.row_positions = None
 
 
-def _side_model(repo, model, component, variant, required=True):
+def side_model(repo, model, component, variant, required=True):
     """The repo's ``component`` graph (onnx/vision_encoder*, embed_tokens*) beside ``model``."""
-    from ...hub.load import load_beside
-
     if repo is None:
         raise PipelineError(f"A model loaded by hand needs {component}= (its transmuter.Model) "
                             "or config= its repo folder")

@@ -15,6 +15,9 @@ Pipeline), config.json's ``task_specific_params["image-to-text"]``, then the cal
 ``do_sample`` with ``seed``, ``num_return_sequences``, the logits processors) may also be passed
 as plain keywords. Each result holds ``num_return_sequences`` records, decoded with special
 tokens skipped. A vision-encoder-decoder model takes no ``prompt`` (transformers refuses it too).
+
+Florence-2 (config.json's model_type "florence2") has its own graphs, prompts and parsing: the
+registry's family table (pipelines/registry.py) gives it its class (vision/florence2/pipeline.py).
 """
 
 import numpy as np
@@ -37,12 +40,6 @@ class ImageToTextPipeline(VisionPipeline):
     featurizers = ("image_processor", "tokenizer")
     # the second graph this task loads; factory.pipeline passes its variant= on as encoder_variant=
     encoder_component = "encoder_model"
-
-    def __new__(cls, model, config=None, **kwargs):
-        if cls is ImageToTextPipeline and (config or {}).get("model_type") == "florence2":
-            from .florence2.pipeline import Florence2Pipeline  # its own graphs, prompts and parsing
-            cls = Florence2Pipeline
-        return super().__new__(cls)
 
     def __init__(self, model, config=None, *, tokenizer, repo=None, encoder=None,
                  encoder_variant=None, **kwargs):

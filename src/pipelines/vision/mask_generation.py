@@ -29,6 +29,7 @@ import re
 import numpy as np
 
 from ...errors import PipelineError
+from ...hub.load import load_beside
 from . import sam
 from .base import VisionPipeline
 from .interpolate import bilinear
@@ -256,8 +257,6 @@ def _family(model):
 
 
 def _load_decoder(repo, model):
-    from ...hub.load import load_beside
-
     if repo is None:
         raise PipelineError(f"A SAM vision encoder loaded by hand needs {DECODER}= (the decoder's "
                             "transmuter.Model) or config= its repo folder")

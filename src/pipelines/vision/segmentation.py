@@ -10,7 +10,7 @@ maskformer.py).
 
 import numpy as np
 
-from ...preprocess.image.processor import processor_type
+from ...preprocess.image.auto import processor_type
 from ...errors import PipelineError
 from .base import VisionPipeline, image_size
 from .interpolate import bilinear

@@ -14,7 +14,8 @@ pools at the end-of-text token, so padding changes no label's embedding, and the
 each query on its own), which gives the same scores within float32 rounding.
 
 Grounding DINO exports take the same inputs and options (and ``text_threshold``): their own
-logic is grounding_dino.py's; this class hands such a model (config.json's model_type) to it.
+logic is grounding_dino.py's, whose class the registry's family table (pipelines/registry.py)
+gives a model whose config.json says model_type "grounding-dino".
 """
 
 import numpy as np
@@ -29,13 +30,6 @@ from .detection import box_dict, corners
 class ZeroShotObjectDetectionPipeline(VisionPipeline):
     task = "zero-shot-object-detection"
     featurizers = ("image_processor", "tokenizer")
-
-    def __new__(cls, model, config=None, **kwargs):
-        if cls is ZeroShotObjectDetectionPipeline and (config or {}).get("model_type") == \
-                "grounding-dino":
-            from .grounding_dino import GroundingDinoDetectionPipeline
-            cls = GroundingDinoDetectionPipeline
-        return super().__new__(cls)
 
     def __init__(self, model, config=None, *, tokenizer, image_processor, **kwargs):
         self.tokenizer = tokenizer

@@ -8,9 +8,9 @@ transformers' feature extractors (4.57) with no torch.
 
 `fe(samples)` is transformers' call on that one clip (return_tensors="np", batch axis dropped);
 `fe.pad` is what its batched call gives for the clips together (see each class for where that
-cannot hold). As in image_processor.py, a class's `setup` has the keyword arguments and defaults
-of its transformers `__init__`; other config keys are ignored as transformers ignores them
-(`fe.ignored` lists them), and a value we do not implement raises InputError.
+cannot hold). As in preprocess/image/processor.py, a class's `setup` has the keyword arguments
+and defaults of its transformers `__init__`; other config keys are ignored as transformers
+ignores them (`fe.ignored` lists them), and a value we do not implement raises InputError.
 """
 
 import inspect

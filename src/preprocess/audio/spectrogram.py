@@ -1,5 +1,5 @@
 """Spectrogram math shared by the audio feature extractors: a NumPy port of transformers'
-audio_utils.py (4.57), limited to what the extractors in audio_features.py use.
+audio_utils.py (4.57), limited to what the extractors in features.py use.
 
 The numbers follow transformers step by step so features match: frames are cut from the
 waveform promoted to float64, each frame's FFT is stored as complex64 (as transformers' buffer

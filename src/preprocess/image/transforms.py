@@ -66,12 +66,14 @@ def normalize(image, mean, std):
     if not np.issubdtype(image.dtype, np.floating):
         image = image.astype(np.float32)
     channels = image.shape[-1]
-    mean = np.array(_per_channel(mean, channels, "image_mean"), dtype=image.dtype)
-    std = np.array(_per_channel(std, channels, "image_std"), dtype=image.dtype)
+    mean = np.array(per_channel(mean, channels, "image_mean"), dtype=image.dtype)
+    std = np.array(per_channel(std, channels, "image_std"), dtype=image.dtype)
     return (image - mean) / std
 
 
-def _per_channel(values, channels, name):
+def per_channel(values, channels, name):
+    """`values` (a number, or a list of one per channel) as a list of `channels` values;
+    `name` (image_mean / image_std) names it in the error."""
     if isinstance(values, (list, tuple)):
         if len(values) != channels:
             raise InputError(f"{name} has {len(values)} values for an image of {channels} channels")

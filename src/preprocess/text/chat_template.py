@@ -13,6 +13,10 @@ import datetime
 import functools
 import json
 
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 from ...errors import InputError
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -103,29 +107,27 @@ def render(template, messages, *, add_generation_prompt=True, special_tokens=Non
         raise ChatTemplateError(f"The chat template raised {type(e).__name__}: {e}") from e
 
 
+class _Generation(Extension):
+    # transformers' AssistantTracker marks assistant spans; the text is the body itself
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body).set_lineno(lineno)
+
+
+class _Bounded(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset(["*", "**"])
+
+    def call_binop(self, context, operator, left, right):
+        _check_binop(operator, left, right)
+        return super().call_binop(context, operator, left, right)
+
+
 @functools.lru_cache(maxsize=16)
 def _compile(template):
-    from jinja2 import nodes
-    from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class Generation(Extension):
-        # transformers' AssistantTracker marks assistant spans; the text is the body itself
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.Scope(body).set_lineno(lineno)
-
-    class Bounded(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset(["*", "**"])
-
-        def call_binop(self, context, operator, left, right):
-            _check_binop(operator, left, right)
-            return super().call_binop(context, operator, left, right)
-
-    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
+    env = _Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, loopcontrols])
     env.globals["range"] = _range
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise

@@ -7,7 +7,8 @@ transformers.js' SigLIP repos ship a tokenizer.json, which ``Tokenizer`` reads i
 import re
 import string
 
-from .tokenizer import (Tokenizer, TokenizerError, _check_text, _content, _Encoding, _split_keep, repo_config)
+from .tokenizer import (Encoding, Tokenizer, TokenizerError, check_text, content, repo_config,
+                        split_keep)
 
 SPIECE_UNDERLINE = "\u2581"
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -23,7 +24,7 @@ class SiglipTokenizer:
         self.model_max_length = int(self.config.get("model_max_length") or 64)
         self.do_lower_case = bool(self.config.get("do_lower_case", True))
         for name, default in (("eos", "</s>"), ("unk", "<unk>"), ("pad", "</s>")):
-            token = _content(self.config.get(f"{name}_token")) or default
+            token = content(self.config.get(f"{name}_token")) or default
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", self.sp.piece_to_id(token))
         self.special_tokens = [self.eos_token, self.unk_token, self.pad_token]
@@ -39,7 +40,7 @@ class SiglipTokenizer:
                truncation=True, **_):
         """Ids of ``text`` then eos, cut to ``max_length`` (default model_max_length) with the
         eos kept, as ``tokenizer(text, truncation=True, max_length=...)``."""
-        _check_text(text, "text")
+        check_text(text, "text")
         if pair is not None:
             raise TokenizerError("The SigLIP tokenizer takes one text, not a pair")
         ids = self._ids(text)
@@ -48,7 +49,7 @@ class SiglipTokenizer:
             ids = ids[:max(limit - int(add_special_tokens), 0)]
         if add_special_tokens and (not ids or ids[-1] != self.eos_token_id):
             ids = ids + [self.eos_token_id]
-        return _Encoding(ids)
+        return Encoding(ids)
 
     def _ids(self, text):
         # PreTrainedTokenizer.tokenize: lower-case outside special tokens, split them out
@@ -56,7 +57,7 @@ class SiglipTokenizer:
         text = SPIECE_UNDERLINE + text.replace(SPIECE_UNDERLINE, " ")
         pieces = [text]
         for token in self.special_tokens:
-            pieces = [p for part in pieces for p in _split_keep(part, token)]
+            pieces = [p for part in pieces for p in split_keep(part, token)]
         tokens = []
         for i, piece in enumerate(pieces):
             if piece in self.special_tokens:
@@ -86,7 +87,7 @@ class SiglipTokenizer:
 
 def _processor_without_dummy_prefix(spm_file):
     """SiglipTokenizer.get_spm_processor: the model with add_dummy_prefix switched off."""
-    try:
+    try:  # lazy, so that a missing sentencepiece / protobuf is explained
         import sentencepiece
         from sentencepiece import sentencepiece_model_pb2 as model_pb2
     except ImportError as e:

@@ -1,6 +1,7 @@
 """Tokenization with ``tokenizers`` from tokenizer.json, set up as transformers' fast tokenizer.
 
     tok = Tokenizer.from_repo(repo)             # tokenizer.json + tokenizer_config.json
+    tok = tokenizer_for(repo)                   # (text/auto.py) this, or the repo's slow kind
     enc = tok.encode("A question?", "Its context.", max_length=128, truncation="only_second")
     batch = tok.pad([enc, ...], length=32)       # {"input_ids": int64 [B, 32], ...}
 
@@ -17,7 +18,10 @@ import json
 import threading
 
 import numpy as np
+from tokenizers import Tokenizer as Backend
+from tokenizers import processors
 
+from ... import hub
 from ...errors import TransmuterError
 
 # transformers treats a model_max_length this large as "no limit" (VERY_LARGE_INTEGER = 1e30).
@@ -84,21 +88,9 @@ class Tokenizer:
 
     @classmethod
     def from_repo(cls, repo):
-        """From a ``hub`` repo (or a folder) with tokenizer.json and tokenizer_config.json."""
-        from tokenizers import Tokenizer as Backend
-
-        from ... import hub
+        """From a ``hub`` repo (or a folder) with tokenizer.json and tokenizer_config.json. A repo
+        whose tokenizer is another kind (Marian, SigLIP, CTC): ``auto.tokenizer_for``."""
         repo = hub.resolve(repo) if not isinstance(repo, hub.Repo) else repo
-        if not repo.has("tokenizer.json") and repo.has("source.spm") and repo.has("vocab.json"):
-            return MarianTokenizer.from_repo(repo)
-        if not repo.has("tokenizer.json") and repo.has("spiece.model") and repo.json(
-                "tokenizer_config.json", {}).get("tokenizer_class") == "SiglipTokenizer":
-            from .siglip import SiglipTokenizer
-            return SiglipTokenizer.from_repo(repo)
-        if not repo.has("tokenizer.json") and repo.has("vocab.json") and repo.json(
-                "tokenizer_config.json", {}).get("tokenizer_class") == "Wav2Vec2CTCTokenizer":
-            from .ctc import CTCTokenizer
-            return CTCTokenizer.from_repo(repo)
         if not repo.has("tokenizer.json"):
             raise TokenizerError(f"{repo.label} has no tokenizer.json (only fast tokenizers are "
                                  "supported); pass tokenizer=... or use a repo that has one")
@@ -135,9 +127,9 @@ class Tokenizer:
         """One ``tokenizers.Encoding`` (with ``.overflowing`` windows when ``stride`` > 0 or
         overflow happens). ``max_length=None`` uses model_max_length; ``truncation=False`` keeps
         everything. ``src_lang``: a language code of a translation tokenizer (None: its default)."""
-        _check_text(text, "text")
+        check_text(text, "text")
         if pair is not None:
-            _check_text(pair, "text_pair")
+            check_text(pair, "text_pair")
         max_length = max_length or self.model_max_length
         with self._state:
             self._set_truncation(max_length if truncation else None, truncation, stride)
@@ -203,8 +195,6 @@ class Tokenizer:
     def _language_processor(self, token):
         """tokenizer.json's TemplateProcessing with its language token swapped for ``token``
         (``legacy_behaviour`` in the config, when given, places it: after eos or first)."""
-        from tokenizers import processors
-
         state = json.loads(self._post_processors[None].__getstate__()) \
             if self._post_processors[None] is not None else {}
         if state.get("type") != "TemplateProcessing":
@@ -267,7 +257,7 @@ def _language_codes(config, backend):
     ``language_codes``). Other tokenizers' extra special tokens are not languages."""
     if "src_lang" not in config and "language_codes" not in config:
         return []
-    tokens = (_content(t) for t in config.get("additional_special_tokens") or [])
+    tokens = (content(t) for t in config.get("additional_special_tokens") or [])
     return [t for t in tokens if isinstance(t, str) and backend.token_to_id(t) is not None]
 
 
@@ -288,8 +278,9 @@ def _template_with(items, token, languages, legacy):
     return strings
 
 
-class _Encoding:
-    """The fields of a ``tokenizers.Encoding`` that pipelines read."""
+class Encoding:
+    """The fields of a ``tokenizers.Encoding`` that pipelines read: what the slow tokenizers
+    (Marian, SigLIP, VITS, SpeechT5) return for a list of ids."""
 
     def __init__(self, ids):
         self.ids = list(ids)
@@ -307,7 +298,7 @@ class MarianTokenizer:
 
     def __init__(self, source_spm, target_spm, vocab, config=None):
         try:
-            import sentencepiece
+            import sentencepiece  # lazy: only Marian repos need it, and its absence is explained
         except ImportError as e:
             raise TokenizerError("This repo's tokenizer is sentencepiece (source.spm, no "
                                  "tokenizer.json): pip install sentencepiece") from e
@@ -334,7 +325,6 @@ class MarianTokenizer:
 
     @classmethod
     def from_repo(cls, repo):
-        import json
         config = repo_config(repo)
         with open(repo.file("vocab.json"), encoding="utf-8") as f:
             vocab = json.load(f)
@@ -346,12 +336,12 @@ class MarianTokenizer:
         """Ids of ``text`` (and ``pair``) then eos; ``truncation`` cuts the text's ids so the
         whole fits ``max_length`` (default model_max_length), as transformers' longest_first
         does for one sequence."""
-        _check_text(text, "text")
+        check_text(text, "text")
         ids = self._ids(text) + (self._ids(pair) if pair is not None else [])
         limit = max_length or self.model_max_length
         if truncation and limit:
             ids = ids[:max(limit - int(bool(add_special_tokens)), 0)]
-        return _Encoding(ids + [self.eos_token_id] if add_special_tokens else ids)
+        return Encoding(ids + [self.eos_token_id] if add_special_tokens else ids)
 
     def _ids(self, text):
         tokens = []
@@ -368,7 +358,7 @@ class MarianTokenizer:
     def _split_special(self, text):
         parts = [text]
         for token in self.special_tokens:
-            parts = [p for part in parts for p in _split_keep(part, token)]
+            parts = [p for part in parts for p in split_keep(part, token)]
         return [p for p in parts if p]
 
     def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=None):
@@ -394,7 +384,8 @@ class MarianTokenizer:
         return dict(self.vocab)
 
 
-def _split_keep(text, token):
+def split_keep(text, token):
+    """``text`` split at each ``token``, the tokens kept as pieces of their own."""
     pieces = text.split(token)
     out = [pieces[0]]
     for piece in pieces[1:]:
@@ -415,8 +406,9 @@ def _cleaned(text, clean, default):
     return clean_up_tokenization(text) if (default if clean is None else clean) else text
 
 
-def _content(token):
-    # tokenizer_config.json stores special tokens as strings or AddedToken dicts.
+def content(token):
+    """The text of a special token of tokenizer_config.json, which stores them as strings or
+    AddedToken dicts (``{"content": ...}``)."""
     return token.get("content") if isinstance(token, dict) else token
 
 
@@ -424,7 +416,7 @@ def _special_token(config, key):
     """The text of special token ``key`` of ``config`` (None when unset), refused with the
     field when it is no string or no valid Unicode (a list escaped as TypeError from
     tokenizers, a lone surrogate as UnicodeEncodeError)."""
-    token = _content(config.get(key))
+    token = content(config.get(key))
     if token is None:
         return None
     bad = not isinstance(token, str)
@@ -440,7 +432,9 @@ def _special_token(config, key):
     return token
 
 
-def _check_text(text, what):
+def check_text(text, what):
+    """Refuse with TokenizerError an input ``text`` (named ``what``) that is no string, is empty
+    or blank, or is not valid Unicode."""
     if not isinstance(text, str):
         raise TokenizerError(f"{what} must be a string, got {type(text).__name__}: {text!r:.80}")
     if not text.strip():

@@ -21,8 +21,10 @@ import functools
 import json
 import re
 
+from ... import hub
 from ...errors import InputError
-from .tokenizer import (Tokenizer, TokenizerError, _check_text, _content, _Encoding, max_length, repo_config)
+from .tokenizer import (Encoding, Tokenizer, TokenizerError, check_text, content, max_length,
+                        repo_config)
 
 _NON_ASCII = re.compile(r"[^\x00-\x7F]")
 
@@ -43,7 +45,7 @@ def _romanized(text):
 
 @functools.lru_cache(maxsize=1)
 def _uroman():
-    import uroman
+    import uroman  # optional, so imported here: only is_uroman models need it
 
     return uroman.Uroman()  # once per process: it loads its tables (seconds)
 
@@ -65,8 +67,8 @@ class VitsTokenizer:
         self.normalize = bool(self.config.get("normalize", True))
         self.is_uroman = bool(self.config.get("is_uroman", False))
         self.language = self.config.get("language")
-        self.pad_token = _content(self.config.get("pad_token")) or "<pad>"
-        self.unk_token = _content(self.config.get("unk_token")) or "<unk>"
+        self.pad_token = content(self.config.get("pad_token")) or "<pad>"
+        self.unk_token = content(self.config.get("unk_token")) or "<unk>"
         self.pad_token_id = 0  # add_blank's blank and the padding are id 0, as in transformers
         self.unk_token_id = self.vocab.get(self.unk_token)
         self.model_max_length = max_length(self.config)
@@ -84,7 +86,6 @@ class VitsTokenizer:
     @classmethod
     def from_repo(cls, repo):
         """From a ``hub`` repo (or a folder) with vocab.json and tokenizer_config.json."""
-        from ... import hub
         repo = hub.resolve(repo) if not isinstance(repo, hub.Repo) else repo
         if not repo.has("vocab.json"):
             raise TokenizerError(f"{repo.label} has no vocab.json, which a VITS tokenizer reads")
@@ -95,7 +96,7 @@ class VitsTokenizer:
     def _special_tokens(self):
         """pad, unk and tokenizer_config.json's added tokens: split out of the text whole."""
         found = [self.pad_token, self.unk_token]
-        found += [_content(t) for _, t in sorted((self.config.get("added_tokens_decoder") or {})
+        found += [content(t) for _, t in sorted((self.config.get("added_tokens_decoder") or {})
                                                  .items(), key=lambda kv: int(kv[0]))]
         return list(dict.fromkeys(t for t in found if t))
 
@@ -111,10 +112,10 @@ class VitsTokenizer:
     def encode(self, text, pair=None, **_):
         """The ids of ``text`` (no special tokens are added; they may be empty when
         normalization drops every character)."""
-        _check_text(text, "text")
+        check_text(text, "text")
         if pair is not None:
             raise TokenizerError("The VITS tokenizer takes one text, not a pair")
-        return _Encoding([self._id(t) for t in self.tokenize(text)])
+        return Encoding([self._id(t) for t in self.tokenize(text)])
 
     def prepare(self, text):
         """The text as the model reads it: prepare_for_tokenization."""

@@ -14,6 +14,13 @@ buffer hold free rows), so each step is a new shape: compiled once, then reused 
 same length. The first step runs the graph's no-past branch (``use_cache_branch`` False), which
 also computes the cross-attention cache; later steps return placeholders for it, so the first's
 is kept.
+
+``SpeechT5TextToAudioPipeline`` is text-to-audio for a model whose config.json says speecht5
+(what text-to-audio's families share: pipeline.py).
+
+    pipe = transmuter.pipeline("text-to-speech", "Xenova/speecht5_tts")
+    pipe("Hello.", speaker_embeddings="speaker.npy")   # or an array [1, 512] / [512]
+        -> {"audio": float32 [samples], "sampling_rate": 16000}
 """
 
 import os
@@ -21,10 +28,12 @@ import os
 import numpy as np
 
 from ....engine.compiled import compile
-from ....errors import InputError
+from ....errors import InputError, PipelineError
+from ....hub.load import load_beside
 from ....preprocess.text.speecht5_numbers import spell_numbers
-from ....preprocess.text.tokenizer import (TokenizerError, _check_text, _content, _Encoding, max_length, repo_config)
-from ....errors import PipelineError
+from ....preprocess.text.tokenizer import (TokenizerError, check_text, content, Encoding, max_length, repo_config)
+from ... import shared
+from .pipeline import TextToAudioPipeline
 
 COMPONENTS = ("encoder_model", "decoder_model_merged", "decoder_postnet_and_vocoder")
 # generate_speech's defaults (the pipeline passes none of its own)
@@ -35,8 +44,8 @@ _PAST = "past_key_values."
 class SpeechT5Tokenizer:
     """transformers' (slow) ``SpeechT5Tokenizer``: spm_char.model's pieces (character level),
     special tokens in the text kept whole, eos appended; numbers spelled out first where the
-    config says normalize=true (speecht5_numbers.py). transformers has no fast SpeechT5
-    tokenizer, so this is what its pipeline uses even where a tokenizer.json exists."""
+    config says normalize=true (preprocess/text/speecht5_numbers.py). transformers has no fast
+    SpeechT5 tokenizer, so this is what its pipeline uses even where a tokenizer.json exists."""
 
     def __init__(self, spm_file, config=None):
         try:
@@ -49,11 +58,11 @@ class SpeechT5Tokenizer:
         self.sp = sentencepiece.SentencePieceProcessor(model_file=spm_file)
         for name, default in (("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>"),
                               ("pad", "<pad>")):
-            token = _content(self.config.get(f"{name}_token")) or default
+            token = content(self.config.get(f"{name}_token")) or default
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", self.sp.piece_to_id(token))
         self.model_max_length = max_length(self.config)
-        added = [_content(t) for t in (self.config.get("added_tokens_decoder") or {}).values()]
+        added = [content(t) for t in (self.config.get("added_tokens_decoder") or {}).values()]
         specials = {self.bos_token, self.eos_token, self.unk_token, self.pad_token, *added}
         self.special_tokens = sorted((t for t in specials if t), key=len, reverse=True)
 
@@ -65,14 +74,14 @@ class SpeechT5Tokenizer:
         return cls(repo.file("spm_char.model"), config)
 
     def encode(self, text, **_):
-        _check_text(text, "text")
+        check_text(text, "text")
         if self.normalize:
             text = spell_numbers(text)
         tokens = []
         for piece in self._split(text):
             tokens += [piece] if piece in self.special_tokens else \
                 self.sp.encode(piece, out_type=str)
-        return _Encoding([self.sp.piece_to_id(t) for t in tokens] + [self.eos_token_id])
+        return Encoding([self.sp.piece_to_id(t) for t in tokens] + [self.eos_token_id])
 
     def _split(self, text):
         """The text cut around its special tokens (the longest first, as transformers' Trie)."""
@@ -118,8 +127,8 @@ def speaker_embeddings(value, size):
 
 
 class SpeechT5Speech:
-    """The three graphs and generate_speech's loop over them; lives on the decoder model
-    (``model.shared``), so pipelines over one model share its compiled steps."""
+    """The three graphs and generate_speech's loop over them; shared per decoder model
+    (pipelines/shared.py), so pipelines over one model share its compiled steps."""
 
     def __init__(self, encoder, decoder, vocoder, config, cache_size):
         self.config = dict(config)
@@ -215,3 +224,45 @@ def options(params, speaker_size):
     speaker = params.get("speaker_embeddings")
     out["speaker"] = None if speaker is None else speaker_embeddings(speaker, speaker_size)
     return out
+
+
+class SpeechT5TextToAudioPipeline(TextToAudioPipeline):
+    """text-to-audio for a model whose config.json says speecht5: the merged decoder is the
+    pipeline's model, the encoder and vocoder load beside it."""
+
+    model_type = "speecht5"
+
+    @staticmethod
+    def onnx_component(repo):
+        """SpeechT5's merged decoder (the encoder and vocoder load beside it)."""
+        return COMPONENTS[1]
+
+    def _speech(self, model, config, repo, *, sampling_rate, encoder_variant, cache_size, **_):
+        return _speech(model, config, repo, encoder_variant, cache_size), \
+            _vocoder_rate(repo, sampling_rate)
+
+    def _speech_options(self, forward_params, generate_kwargs, keywords):
+        # transformers: generate_kwargs win over forward_params
+        merged = {**forward_params, **generate_kwargs, **keywords}
+        return options(merged, self.speech.speaker_size)
+
+
+def _vocoder_rate(repo, given):
+    """SpeechT5's rate is its vocoder's (transformers: vocoder.config.sampling_rate): the repo's
+    vocoder/config.json, else ``given``, preprocessor_config.json's, or HiFi-GAN's 16 kHz."""
+    vocoder = repo.json("vocoder/config.json", {}) if repo.has("vocoder/config.json") else {}
+    rate = vocoder.get("sampling_rate") or given or \
+        repo.json("preprocessor_config.json", {}).get("sampling_rate") or 16000
+    return int(rate)
+
+
+def _speech(decoder, config, repo, variant, cache_size):
+    """The SpeechT5Speech of ``decoder`` (shared per model), its tokenizer beside it."""
+    def make():
+        encoder, vocoder = (load_beside(decoder, repo, repo.choose(name, variant).path)
+                            for name in (COMPONENTS[0], COMPONENTS[2]))
+        return SpeechT5Speech(encoder, decoder, vocoder, config, cache_size)
+
+    speech = shared.per_model(decoder, "speecht5", make)
+    speech.tokenizer = SpeechT5Tokenizer.from_repo(repo)
+    return speech

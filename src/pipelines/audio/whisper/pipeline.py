@@ -11,8 +11,8 @@ of the one before: transformers' sequential long-form decoding):
   begin-suppressed and suppressed tokens, and the timestamp rules when ``return_timestamps``
   (beam search by default: the pipeline's ``num_beams=5``, as transformers).
 
-The tokens of every window go to the tokenizer's ``_decode_asr`` (whisper_text.py), which merges
-chunked windows and turns timestamp tokens into seconds.
+The tokens of every window go to the tokenizer's ``_decode_asr`` (pipelines/audio/whisper/text.py),
+which merges chunked windows and turns timestamp tokens into seconds.
 """
 
 import dataclasses
@@ -21,10 +21,13 @@ import numpy as np
 
 from ....generation import GenerationConfig
 from ....generation.config import check_options
+from ....generation.whisper_processors import whisper_processors
 from ... import encoder_decoder
 from ....errors import PipelineError
 from .fallback import Fallback, generate_with_fallback, prev_sot
 from .prompt_ids import GivenPrompt
+from .text import TO_LANGUAGE_CODE, decode_asr
+from .words import token_timestamps
 
 # transformers' AutomaticSpeechRecognitionPipeline._default_generation_config
 PIPELINE_DEFAULTS = {"max_new_tokens": 256, "num_beams": 5}
@@ -46,8 +49,8 @@ class Head:
         self.task_to_id = self.file.get("task_to_id") or {}
         self.no_timestamps = self.file.get("no_timestamps_token_id")
         self.decoder_file = (getattr(model, "origin", None) or (None, None))[1]
-        # per decoder layer, in order: what word timestamps align (whisper_words.py); a split
-        # pair's are its decoder_model's, which _cross_attentions runs
+        # per decoder layer, in order: what word timestamps align (pipelines/audio/whisper/
+        # words.py); a split pair's are its decoder_model's, which _cross_attentions runs
         self.attention_outputs = sorted(
             (v.name for v in model.outputs if v.name.startswith("cross_attentions.")),
             key=lambda n: int(n.rsplit(".", 1)[1]))
@@ -100,8 +103,6 @@ class Head:
         if not self.lang_to_id:
             raise PipelineError("This Whisper model is English-only (no lang_to_id in "
                                 "generation_config.json): it takes no language=")
-        from .text import TO_LANGUAGE_CODE
-
         lang = str(language).lower()
         token = lang if lang in self.lang_to_id else \
             f"<|{TO_LANGUAGE_CODE[lang]}|>" if lang in TO_LANGUAGE_CODE else f"<|{lang}|>"
@@ -142,7 +143,8 @@ class Head:
         are cut into windows of ``num_segment_frames``, zero-padded; a window's tokens up to its
         last timestamp pair are kept, and the next window starts at that timestamp (or after the
         window). A short clip is one window; without timestamps, every window is. A given
-        ``prompt`` (whisper_prompt_ids.py) goes before each window's start tokens."""
+        ``prompt`` (pipelines/audio/whisper/prompt_ids.py) goes before each window's start
+        tokens."""
         features = [c["audio"]["input_features"] for c in chunks]
         frames = [f.shape[-1] for f in features]
         window = self.num_segment_frames
@@ -195,13 +197,11 @@ class Head:
         return out
 
     def _token_times(self, chunks, prompts, generated, encoded, config, seeks):
-        """Each row's token times from the decoder's cross-attentions (whisper_words.py), as
-        transformers' ``_extract_token_timestamps`` takes them: the prompt and the generated
-        tokens but the last fed again in one teacher-forced call (the same attention rows as
-        the steps); greedy rows padded to the batch's steps with the pad token, as generate
-        keeps feeding a finished row; a beam's sequence alone."""
-        from .words import token_timestamps
-
+        """Each row's token times from the decoder's cross-attentions
+        (pipelines/audio/whisper/words.py), as transformers' ``_extract_token_timestamps`` takes
+        them: the prompt and the generated tokens but the last fed again in one teacher-forced
+        call (the same attention rows as the steps); greedy rows padded to the batch's steps with
+        the pad token, as generate keeps feeding a finished row; a beam's sequence alone."""
         fe = self.pipe.feature_extractor
         # the frames left from the window's start (generate's num_frames - seek), at most one
         # window's: the attention is cut to half of them
@@ -330,8 +330,6 @@ class Head:
 
     def _processors(self, config, timestamps):
         """Whisper's own processors (whisper_processors.py), from the call's settings."""
-        from ....generation.whisper_processors import whisper_processors
-
         settings = dict(self.file, suppress_tokens=config.suppress_tokens,
                         begin_suppress_tokens=config.begin_suppress_tokens,
                         eos_token_id=config.eos_token_id)
@@ -340,8 +338,6 @@ class Head:
     # --- text ----------------------------------------------------------------------------------
 
     def postprocess(self, outputs, timestamps=None, language=None):
-        from .text import decode_asr
-
         fe, rate = self.pipe.feature_extractor, self.pipe.sampling_rate
         precision = fe.chunk_length / self.config["max_source_positions"]
         model_outputs = []

@@ -5,7 +5,7 @@
 
 The prompt goes before each window's start tokens and is never part of the output. In
 sequential long-form decoding ``prompt_condition_type`` says how it meets the previous text
-(``condition_on_prev_tokens``, whisper_fallback.py):
+(``condition_on_prev_tokens``, pipelines/audio/whisper/fallback.py):
 
 - ``"first-segment"`` (the default): the prompt's text is the first "previous text" a
   conditioned window repeats after ``<|startofprev|>``, so it is cut with it to the last

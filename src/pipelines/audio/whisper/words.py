@@ -1,7 +1,7 @@
 """Whisper's token timestamps from the decoder's cross-attentions: transformers'
 ``WhisperGenerationMixin._extract_token_timestamps`` (4.57) in NumPy, for word timestamps
 (``return_timestamps="word"``; the tokenizer's ``_decode_asr`` then groups tokens into words,
-whisper_text.py).
+pipelines/audio/whisper/text.py).
 
     layers = stack_steps(steps)            # steps: per decode step, per layer [B, H, n, F]
     times = token_timestamps(layers, generation_config["alignment_heads"],

@@ -17,19 +17,23 @@ answer is the text). The prompt is transformers' (the task token's prompt text, 
 forced bos / eos) under the pipeline's 256 new tokens, with image-to-text's options
 (``max_new_tokens``, ``num_beams``, ``generate_kwargs``, ...). Each record holds the generated
 text decoded with its special tokens (what ``post_process_generation`` reads) and, under the task
-token, ``post_process_generation``'s answer in the input image's pixels (florence2_parse.py).
+token, ``post_process_generation``'s answer in the input image's pixels (parse.py beside this
+file). The registry's family table (pipelines/registry.py) gives image-to-text on a model whose
+config.json says model_type "florence2" this class.
 """
 
 import numpy as np
 
-from ....generation.seq2seq import Seq2SeqGenerator
-from ....errors import PipelineError
 from ....buckets import next_pow2
+from ....engine.compiled import compile
+from ....errors import PipelineError
+from ....generation.seq2seq import Seq2SeqGenerator
+from ... import shared
 from ...encoder_decoder import load_encoder
-from . import parse as florence2_parse
-from ..image_text_to_text import _side_model
-from ..image_to_text import ImageToTextPipeline
 from ..base import VisionPipeline
+from ..image_text_to_text import side_model
+from ..image_to_text import ImageToTextPipeline
+from . import parse as florence2_parse
 
 DEFAULT_TASK = "<CAPTION>"
 MIN_PROMPT_WIDTH = 32  # task prompts (10-20 tokens) share one encoder shape
@@ -39,16 +43,18 @@ class Florence2Pipeline(ImageToTextPipeline):
     def __init__(self, model, config=None, *, tokenizer, repo=None, encoder=None,
                  encoder_variant=None, vision_encoder=None, embed_tokens=None, **kwargs):
         self.tokenizer = tokenizer
-        self.vision = vision_encoder or _side_model(repo, model, "vision_encoder", encoder_variant)
-        embed = embed_tokens or _side_model(repo, model, "embed_tokens", encoder_variant)
-        self.generator = model.shared.get("florence2")
-        if self.generator is None or encoder is not None:
-            encoder = encoder or load_encoder(repo, model, encoder_variant)
+        self.vision = vision_encoder or side_model(repo, model, "vision_encoder", encoder_variant)
+        embed = embed_tokens or side_model(repo, model, "embed_tokens", encoder_variant)
+
+        def make():
             text = dict((config or {}).get("text_config") or {})
-            self.generator = Seq2SeqGenerator(encoder, model, {**config, **text})
+            generator = Seq2SeqGenerator(encoder or load_encoder(repo, model, encoder_variant),
+                                         model, {**config, **text})
             # the decoder takes inputs_embeds: steppers call its embed() on each step's ids
-            self.generator.decoder.embed = TokenEmbedder(embed)
-            model.shared["florence2"] = self.generator
+            generator.decoder.embed = TokenEmbedder(embed)
+            return generator
+
+        self.generator = shared.per_model(model, "florence2", make, renew=encoder is not None)
         self.embed = self.generator.decoder.embed
         self.generation_file = repo.json("generation_config.json", {}) if repo else {}
         processor = repo.json("processor_config.json", {}) if repo else {}
@@ -133,8 +139,6 @@ class TokenEmbedder:
     """input_ids -> inputs_embeds through embed_tokens, for a decoder that takes embeddings."""
 
     def __init__(self, embed_model):
-        from ....engine.compiled import compile
-
         self.fn = compile(embed_model)
 
     def ids(self, ids):

@@ -1,5 +1,5 @@
 """Detection, segmentation, depth, super-resolution and SAM families: sizes that follow the image,
-padding, pixel masks. Same conventions as image_families.py (setup = transformers' __init__
+padding, pixel masks. Same conventions as resized.py (setup = transformers' __init__
 signature, transform = its preprocess).
 """
 
@@ -11,7 +11,7 @@ from ....errors import InputError
 from .. import sizes as S
 from .. import transforms as T
 from .resized import (BICUBIC, BILINEAR, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, RESCALE)
-from ..processor import ImageProcessor, register
+from ..processor import ImageProcessor
 from ..zoom import owlv2_resize
 
 
@@ -20,9 +20,9 @@ class DetrImageProcessor(ImageProcessor):
     of its preprocessing):
     resize, rescale, normalize, then pad bottom / right with zeros (to pad_size, or to the batch's
     largest image) with a pixel_mask of 1 on real pixels."""
+
     names = ("DetrImageProcessor", "GroundingDinoImageProcessor", "ConditionalDetrImageProcessor",
              "DeformableDetrImageProcessor")
-
     legacy = ("max_size", "pad_and_return_pixel_mask")
     makes_mask = True
 
@@ -89,8 +89,8 @@ def _pad_bottom_right(pixels, target_hw):
 
 class YolosImageProcessor(DetrImageProcessor):
     """DETR's steps with YOLOS's size rule (multiples of 16); its pad makes no pixel_mask."""
-    names = ("YolosImageProcessor",)
 
+    names = ("YolosImageProcessor",)
     makes_mask = False
 
     def setup(self, *, format="coco_detection", do_resize=True, size=None, resample=BILINEAR,
@@ -113,6 +113,7 @@ class YolosImageProcessor(DetrImageProcessor):
 class RTDetrImageProcessor(DetrImageProcessor):
     """DETR's steps with RT-DETR's defaults: 640x640, no normalize, no pad; ``size`` is read
     without DETR's legacy max_size of 1333."""
+
     names = ("RTDetrImageProcessor",)
 
     def setup(self, *, format="coco_detection", do_resize=True, size=None, resample=BILINEAR,
@@ -128,6 +129,7 @@ class RTDetrImageProcessor(DetrImageProcessor):
 
 class DPTImageProcessor(ImageProcessor):
     names = ("DPTImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, keep_aspect_ratio=False,
               ensure_multiple_of=1, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_pad=False, size_divisor=None,
@@ -154,12 +156,12 @@ class DPTImageProcessor(ImageProcessor):
         size = pixels.shape[:2]
         pixels = self.rescale_normalize(pixels)
         if self.do_pad:
-            pixels = T.pad(pixels, (_centred_pad(size[0], self.size_divisor),
-                                    _centred_pad(size[1], self.size_divisor)))
+            pixels = T.pad(pixels, (centred_pad(size[0], self.size_divisor),
+                                    centred_pad(size[1], self.size_divisor)))
         return pixels, size
 
 
-def _centred_pad(length, divisor):
+def centred_pad(length, divisor):
     """DPTImageProcessor.pad_image's _get_pad: up to a multiple, the odd pixel after."""
     extra = math.ceil(length / divisor) * divisor - length
     return (extra // 2, extra - extra // 2)
@@ -193,6 +195,7 @@ class Swin2SRImageProcessor(ImageProcessor):
 
 class SamImageProcessor(ImageProcessor):
     names = ("SamImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, mask_size=None, resample=BILINEAR,
               do_rescale=True, rescale_factor=RESCALE, do_normalize=True, image_mean=None,
               image_std=None, do_pad=True, pad_size=None, mask_pad_size=None,
@@ -229,6 +232,7 @@ class SamImageProcessor(ImageProcessor):
 
 class Owlv2ImageProcessor(ImageProcessor):
     names = ("Owlv2ImageProcessor",)
+
     def setup(self, *, do_rescale=True, rescale_factor=RESCALE, do_pad=True, do_resize=True,
               size=None, resample=BILINEAR, do_normalize=True, image_mean=None, image_std=None):
         # `resample` is stored but unused: Owlv2's resize is scikit-image's (linear, antialiased)

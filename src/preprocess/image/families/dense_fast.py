@@ -1,11 +1,11 @@
 """transformers' `*ImageProcessorFast` (4.57) of the detection / dense families: DETR (and its
 verbatim copies: Conditional and Deformable DETR, Grounding DINO), YOLOS, RT-DETR, MaskFormer /
-Mask2Former, DPT, SAM, SAM 2 and Swin2SR (Owlv2's is in image_owlv2_fast.py), and transformers 5's
+Mask2Former, DPT, SAM, SAM 2 and Swin2SR (Owlv2's is in owlv2_fast.py), and transformers 5's
 RfDetrImageProcessor (RF-DETR), a torchvision-backend class of the same kind.
 
-Each reads its options as the Fast classes do (image_families_fast.FastImageProcessor: a null or
-missing key takes the class default), takes its size rule from image_sizes.py (the slow family's)
-and resizes with torchvision's antialiased kernel on uint8 (image_resize_fast.py), then rescales
+Each reads its options as the Fast classes do (fast.FastImageProcessor: a null or
+missing key takes the class default), takes its size rule from ../sizes.py (the slow family's)
+and resizes with torchvision's antialiased kernel on uint8 (../resize_fast.py), then rescales
 and normalizes fused in float32. Where a Fast class differs from its slow one beyond that, its
 docstring says so.
 """
@@ -19,9 +19,8 @@ from .. import resize_fast as R
 from .. import sizes as S
 from .. import transforms as T
 from .resized import (BICUBIC, BILINEAR, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD)
-from .dense import DetrImageProcessor, _centred_pad
-from .fast import FastImageProcessor, _pad_to, center_crop
-from ..processor import register
+from .dense import DetrImageProcessor, centred_pad
+from .fast import FastImageProcessor, pad_to, center_crop
 
 _ON = {"do_resize": True, "do_rescale": True, "do_normalize": True}
 _DEFAULT_MEAN_STD = {"image_mean": IMAGENET_DEFAULT_MEAN, "image_std": IMAGENET_DEFAULT_STD}
@@ -34,9 +33,9 @@ class DetrImageProcessorFast(FastImageProcessor):
     """DetrImageProcessorFast._preprocess: resize, rescale + normalize, then pad bottom / right with
     zeros (to pad_size, or to the batch's largest image) with a pixel_mask of 1 on real pixels.
     do_center_crop and crop_size are read and not used, as there."""
+
     names = ("DetrImageProcessorFast", "ConditionalDetrImageProcessorFast",
              "DeformableDetrImageProcessorFast", "GroundingDinoImageProcessorFast")
-
     defaults = {"resample": BILINEAR, "size": {"shortest_edge": 800, "longest_edge": 1333},
                 "default_to_square": False, "do_pad": True, **_DEFAULT_MEAN_STD, **_ON,
                 **_ANNOTATIONS}
@@ -85,7 +84,7 @@ class DetrImageProcessorFast(FastImageProcessor):
         size = pixels.shape[:2]
         pixels = self.rescale_normalize(pixels)
         if self.do_pad and self.pad_size is not None:
-            pixels = _pad_to(pixels, (self.pad_size["height"], self.pad_size["width"]))
+            pixels = pad_to(pixels, (self.pad_size["height"], self.pad_size["width"]))
         return pixels, size
 
     finish = DetrImageProcessor.finish  # the pixel mask, as the slow family makes it
@@ -94,6 +93,7 @@ class DetrImageProcessorFast(FastImageProcessor):
 class YolosImageProcessorFast(DetrImageProcessorFast):
     """DETR's Fast steps with YOLOS's size rule (multiples of 16). Unlike the slow YOLOS, its pad
     returns a pixel_mask (YolosImageProcessorFast copies DETR's pad)."""
+
     names = ("YolosImageProcessorFast",)
 
     def aspect_size(self, image_hw):
@@ -103,8 +103,8 @@ class YolosImageProcessorFast(DetrImageProcessorFast):
 class RTDetrImageProcessorFast(DetrImageProcessorFast):
     """DETR's Fast steps with RT-DETR's defaults (640x640, no normalize, no pad); its __init__
     reads no legacy keys (an int size is a shortest edge, which its resize refuses)."""
-    names = ("RTDetrImageProcessorFast",)
 
+    names = ("RTDetrImageProcessorFast",)
     defaults = {**DetrImageProcessorFast.defaults, "size": {"height": 640, "width": 640},
                 "do_normalize": False, "do_pad": False, "do_convert_annotations": True}
 
@@ -120,6 +120,7 @@ class RfDetrImageProcessor(DetrImageProcessorFast):
     bilinear interpolation without antialias (NEAREST: nearest-exact), then normalizes, (x - mean)
     / std in float32 (not fused with the rescale). Its __init__ reads pad_and_return_pixel_mask
     only where do_pad is missing (`kwargs.setdefault`), and max_size as DETR's."""
+
     names = ("RfDetrImageProcessor",)
 
     def __init__(self, config):
@@ -150,11 +151,11 @@ class RfDetrImageProcessor(DetrImageProcessorFast):
         size = image.shape[:2]
         if self.do_normalize:
             channels = image.shape[-1]
-            mean = np.array(T._per_channel(self.image_mean, channels, "image_mean"), np.float32)
-            std = np.array(T._per_channel(self.image_std, channels, "image_std"), np.float32)
+            mean = np.array(T.per_channel(self.image_mean, channels, "image_mean"), np.float32)
+            std = np.array(T.per_channel(self.image_std, channels, "image_std"), np.float32)
             image = (image - mean) / std
         if self.do_pad and self.pad_size is not None:
-            image = _pad_to(image, (self.pad_size["height"], self.pad_size["width"]))
+            image = pad_to(image, (self.pad_size["height"], self.pad_size["width"]))
         return image.astype(np.float32), size
 
 
@@ -163,8 +164,8 @@ class MaskFormerImageProcessorFast(DetrImageProcessorFast):
     max_size: get_size_with_aspect_ratio, and max_height / max_width), then both sides up to a
     multiple of size_divisor; rescale + normalize; always padded, always a pixel_mask (do_pad is
     not read). ignore_index, do_reduce_labels and num_labels concern segmentation maps only."""
-    names = ("MaskFormerImageProcessorFast", "Mask2FormerImageProcessorFast")
 
+    names = ("MaskFormerImageProcessorFast", "Mask2FormerImageProcessorFast")
     defaults = {"resample": BILINEAR, "size": {"shortest_edge": 800, "longest_edge": 1333},
                 "default_to_square": False, "do_pad": True, "size_divisor": 32,
                 "do_reduce_labels": False, "ignore_index": None, "num_labels": None,
@@ -202,8 +203,8 @@ class DPTImageProcessorFast(FastImageProcessor):
     """DPTImageProcessorFast._preprocess: resize (DPT's rule), center crop, then - unlike the slow
     DPT, which pads after normalizing - the centred pad to a multiple of size_divisor with zeros
     on the uint8 pixels, so the padding reads (0 - mean) / std after the fused normalize."""
-    names = ("DPTImageProcessorFast",)
 
+    names = ("DPTImageProcessorFast",)
     defaults = {"resample": BICUBIC, "size": {"height": 384, "width": 384},
                 "image_mean": IMAGENET_STANDARD_MEAN, "image_std": IMAGENET_STANDARD_STD,
                 "do_pad": False, "ensure_multiple_of": 1, "keep_aspect_ratio": False,
@@ -232,8 +233,8 @@ class DPTImageProcessorFast(FastImageProcessor):
             pixels = center_crop(pixels, (self.crop_size["height"], self.crop_size["width"]))
         size = pixels.shape[:2]
         if self.do_pad:
-            pixels = T.pad(pixels, (_centred_pad(size[0], self.size_divisor),
-                                    _centred_pad(size[1], self.size_divisor)))
+            pixels = T.pad(pixels, (centred_pad(size[0], self.size_divisor),
+                                    centred_pad(size[1], self.size_divisor)))
         return self.rescale_normalize(pixels), size
 
 
@@ -241,8 +242,8 @@ class SamImageProcessorFast(FastImageProcessor):
     """SamImageProcessorFast: the Fast base's steps with SAM's longest-edge rule, padded to
     pad_size (1024x1024). `size` is the resized size (the slow processor's reshaped_input_sizes;
     the Fast one's reshaped_input_sizes in 4.57 repeat the original sizes)."""
-    names = ("SamImageProcessorFast",)
 
+    names = ("SamImageProcessorFast",)
     defaults = {"resample": BILINEAR, "size": {"longest_edge": 1024}, "do_convert_rgb": True,
                 "do_pad": True, "pad_size": {"height": 1024, "width": 1024},
                 "mask_size": {"longest_edge": 256}, "mask_pad_size": {"height": 256, "width": 256},
@@ -264,8 +265,8 @@ class Sam2ImageProcessorFast(FastImageProcessor):
     is squeezed to size's height x width (1024x1024), so `size` is that height x width (its
     reshaped_input_sizes, like SAM Fast's, repeat the original sizes). do_pad / pad_size are the
     base's (a do_pad config pads, as there); mask_pad_size is not read."""
-    names = ("Sam2ImageProcessorFast",)
 
+    names = ("Sam2ImageProcessorFast",)
     defaults = {"resample": BILINEAR, "size": {"height": 1024, "width": 1024},
                 "mask_size": {"height": 256, "width": 256}, "do_convert_rgb": True,
                 "do_pad": None, **_DEFAULT_MEAN_STD, **_ON}
@@ -278,8 +279,8 @@ class Swin2SRImageProcessorFast(FastImageProcessor):
     """Swin2SRImageProcessorFast._preprocess: rescale (float32), then the slow one's symmetric pad
     to the next multiple of size_divisor (always at least one more block). Resize, crop and
     normalize options are not read, as there."""
-    names = ("Swin2SRImageProcessorFast",)
 
+    names = ("Swin2SRImageProcessorFast",)
     defaults = {"do_rescale": True, "do_pad": True, "size_divisor": 8}
 
     def __init__(self, config):

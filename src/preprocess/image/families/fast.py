@@ -1,6 +1,6 @@
 """transformers' `*ImageProcessorFast` (4.57, transformers/image_processing_utils_fast.py and
 models/<family>/image_processing_<family>_fast.py) for the classification-style families: the
-torchvision resize of image_resize_fast.py on uint8 pixels, their center crop, and the fused
+torchvision resize of ../resize_fast.py on uint8 pixels, their center crop, and the fused
 `rescale_and_normalize` in float32. Their pixel values differ from the slow (Pillow) processors'.
 
 A fast class reads its options differently from a slow one: every key of
@@ -18,7 +18,7 @@ from .. import resize_fast as R
 from .. import sizes as S
 from .. import transforms as T
 from .resized import (BICUBIC, BILINEAR, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, RESCALE)
-from ..processor import _METADATA, ImageProcessor, register
+from ..processor import METADATA, ImageProcessor
 
 # transformers.image_processing_utils_fast.BaseImageProcessorFast's class attributes
 _BASE = {"do_resize": None, "size": None, "default_to_square": True, "resample": None,
@@ -38,7 +38,7 @@ class FastImageProcessor(ImageProcessor):
         self.config = dict(config)
         options = {**_BASE, **self.defaults}
         known = set(options) | _INERT
-        self.ignored = sorted(k for k in self.config if k not in known and k not in _METADATA)
+        self.ignored = sorted(k for k in self.config if k not in known and k not in METADATA)
         for key in options:
             if key in self.config:  # even null: transformers keeps the None (see above)
                 options[key] = self.config[key]
@@ -102,7 +102,7 @@ class FastImageProcessor(ImageProcessor):
         size = pixels.shape[:2]
         pixels = self.rescale_normalize(pixels)
         if self.do_pad and self.pad_size is not None:
-            pixels = _pad_to(pixels, (self.pad_size["height"], self.pad_size["width"]))
+            pixels = pad_to(pixels, (self.pad_size["height"], self.pad_size["width"]))
         return pixels, size
 
     def resize(self, pixels):
@@ -116,8 +116,8 @@ class FastImageProcessor(ImageProcessor):
         if self.do_normalize:
             mean, std = self.image_mean, self.image_std
             channels = image.shape[-1]
-            mean = np.array(T._per_channel(mean, channels, "image_mean"), np.float32)
-            std = np.array(T._per_channel(std, channels, "image_std"), np.float32)
+            mean = np.array(T.per_channel(mean, channels, "image_mean"), np.float32)
+            std = np.array(T.per_channel(std, channels, "image_std"), np.float32)
             if self.do_rescale:
                 factor = np.float32(1.0 / self.rescale_factor)
                 mean, std = mean * factor, std * factor
@@ -151,7 +151,7 @@ def torchvision_center_crop(image, size):
     return image[top:top + size[0], left:left + size[1]]
 
 
-def _pad_to(pixels, target_hw):
+def pad_to(pixels, target_hw):
     """BaseImageProcessorFast.pad: zeros below and to the right."""
     extra_h, extra_w = target_hw[0] - pixels.shape[0], target_hw[1] - pixels.shape[1]
     if extra_h < 0 or extra_w < 0:
@@ -162,8 +162,7 @@ def _pad_to(pixels, target_hw):
 
 def _fast(name, **defaults):
     """A family with only class-attribute defaults (ViTImageProcessorFast and the like)."""
-    cls = type(name, (FastImageProcessor,), {"defaults": defaults})
-    return register(name)(cls)
+    return type(name, (FastImageProcessor,), {"defaults": defaults, "names": (name,)})
 
 
 _STD = {"image_mean": IMAGENET_STANDARD_MEAN, "image_std": IMAGENET_STANDARD_STD}
@@ -205,8 +204,8 @@ class _ReducesLabels(FastImageProcessor):
 
 
 def _fast_labels(name, **defaults):
-    cls = type(name, (_ReducesLabels,), {"defaults": {**defaults, "do_reduce_labels": False}})
-    return register(name)(cls)
+    return type(name, (_ReducesLabels,), {"defaults": {**defaults, "do_reduce_labels": False},
+                                          "names": (name,)})
 
 
 BeitImageProcessorFast = _fast_labels("BeitImageProcessorFast", resample=BICUBIC,
@@ -262,7 +261,3 @@ class MobileViTImageProcessorFast(FastImageProcessor):
             image = image.astype(np.float32) * np.float32(self.rescale_factor)
         image = image.astype(np.float32)
         return T.flip_channel_order(image) if self.do_flip_channel_order else image
-
-
-from . import (dense_fast as image_families_dense_fast)  # noqa: E402,F401  (the detection / dense Fast families)
-from . import owlv2_fast as image_owlv2_fast  # noqa: E402,F401  (Owlv2's Fast processor)

@@ -14,13 +14,12 @@ from ....errors import InputError
 from .. import sizes as S
 from .resized import BILINEAR, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, RESCALE
 from .dense import DetrImageProcessor
-from ..processor import register
 
 
 class MaskFormerImageProcessor(DetrImageProcessor):
     """DETR's transform / pixel mask / batch padding with MaskFormer's size rule."""
-    names = ("MaskFormerImageProcessor", "Mask2FormerImageProcessor")
 
+    names = ("MaskFormerImageProcessor", "Mask2FormerImageProcessor")
     legacy = ("max_size",)
     makes_mask = True
 

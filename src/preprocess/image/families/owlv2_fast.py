@@ -2,7 +2,7 @@
 rescale to float32, pad to a square with 0.5 (bottom / right), blur with torchvision's
 gaussian_blur, resize with torch's bilinear interpolation (no antialias), normalize in float32.
 
-Its resize is not the slow one's (scikit-image's Gaussian then `ndi.zoom`, image_zoom.py): the
+Its resize is not the slow one's (scikit-image's Gaussian then `ndi.zoom`, ../zoom.py): the
 sigma is the same ((factor - 1) / 2), but the kernel is torchvision's (2 * ceil(3 sigma) + 1 taps,
 reflect padding, and no blur at all where either axis' sigma is 0), and the sampling is
 torch's `interpolate(mode="bilinear", align_corners=False)`. As transformers passes
@@ -19,7 +19,6 @@ from .. import resize_fast as R
 from .. import sizes as S
 from .resized import BILINEAR, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from .fast import FastImageProcessor
-from ..processor import register
 
 _F32 = np.float32
 
@@ -98,5 +97,3 @@ def gaussian_blur(image, *, kernel_x, sigma_x, kernel_y, sigma_y):
     rows = sum(w * padded[:, j:j + width] for j, w in enumerate(wx.astype(np.float64)))
     out = sum(w * rows[i:i + height] for i, w in enumerate(wy.astype(np.float64)))
     return out.astype(_F32)
-
-

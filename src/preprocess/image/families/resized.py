@@ -2,11 +2,11 @@
 
 Each `setup` has the keyword arguments and defaults of its transformers `__init__`
 (transformers/models/<family>/image_processing_<family>.py, 4.57); each `transform` follows its
-`preprocess` step by step. The detection / dense families are in image_families_dense.py.
+`preprocess` step by step. The detection / dense families are in dense.py.
 """
 
 from .. import transforms as T
-from ..processor import ImageProcessor, register
+from ..processor import ImageProcessor
 from ..sizes import require, shortest_edge_size, size_dict
 
 # transformers.utils.constants
@@ -19,7 +19,7 @@ BILINEAR, BICUBIC = 2, 3
 RESCALE = 1 / 255
 
 
-class _Resized(ImageProcessor):
+class Resized(ImageProcessor):
     """Resize to size["height"] x size["width"], [center crop], rescale, normalize (ViT, SigLIP,
     SegFormer, DeiT, BEiT)."""
 
@@ -48,7 +48,7 @@ class _Resized(ImageProcessor):
 
     def transform_image(self, image):
         """Resize the PIL image itself, unless a subclass's own transform takes the array."""
-        if not self.do_resize or type(self).transform is not _Resized.transform:
+        if not self.do_resize or type(self).transform is not Resized.transform:
             return super().transform_image(image)
         return self.after_resize(T.resize(image, self.output_size((image.height, image.width)),
                                           self.resample))
@@ -67,8 +67,9 @@ class _Resized(ImageProcessor):
         return (self.size["height"], self.size["width"])
 
 
-class ViTImageProcessor(_Resized):
+class ViTImageProcessor(Resized):
     names = ("ViTImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_rescale=True,
               rescale_factor=RESCALE, do_normalize=True, image_mean=None, image_std=None,
               do_convert_rgb=None):
@@ -78,8 +79,9 @@ class ViTImageProcessor(_Resized):
         self.do_convert_rgb = bool(do_convert_rgb)
 
 
-class SiglipImageProcessor(_Resized):
+class SiglipImageProcessor(Resized):
     names = ("SiglipImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_rescale=True,
               rescale_factor=RESCALE, do_normalize=True, image_mean=None, image_std=None,
               do_convert_rgb=None):
@@ -90,8 +92,9 @@ class SiglipImageProcessor(_Resized):
         self.do_convert_rgb = bool(do_convert_rgb)
 
 
-class SegformerImageProcessor(_Resized):
+class SegformerImageProcessor(Resized):
     names = ("SegformerImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_rescale=True,
               rescale_factor=RESCALE, do_normalize=True, image_mean=None, image_std=None,
               do_reduce_labels=False):
@@ -101,8 +104,9 @@ class SegformerImageProcessor(_Resized):
                   IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
 
 
-class DeiTImageProcessor(_Resized):
+class DeiTImageProcessor(Resized):
     names = ("DeiTImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, rescale_factor=RESCALE, do_rescale=True, do_normalize=True,
               image_mean=None, image_std=None):
@@ -115,6 +119,7 @@ class DeiTImageProcessor(_Resized):
 
 class BeitImageProcessor(DeiTImageProcessor):
     names = ("BeitImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, rescale_factor=RESCALE, do_rescale=True, do_normalize=True,
               image_mean=None, image_std=None, do_reduce_labels=False):
@@ -124,7 +129,7 @@ class BeitImageProcessor(DeiTImageProcessor):
                       do_normalize=do_normalize, image_mean=image_mean, image_std=image_std)
 
 
-class _ShortestEdge(_Resized):
+class _ShortestEdge(Resized):
     """CLIPImageProcessor.resize: size["shortest_edge"] keeps the aspect ratio
     (get_resize_output_image_size, default_to_square=False); height / width is exact."""
 
@@ -145,6 +150,7 @@ class _ShortestEdge(_Resized):
 
 class CLIPImageProcessor(_ShortestEdge):
     names = ("CLIPImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_convert_rgb=True, use_square_size=False):
@@ -162,6 +168,7 @@ class CLIPImageProcessor(_ShortestEdge):
 
 class BitImageProcessor(_ShortestEdge):
     names = ("BitImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_convert_rgb=True):
@@ -175,6 +182,7 @@ class BitImageProcessor(_ShortestEdge):
 
 class MobileNetV1ImageProcessor(_ShortestEdge):
     names = ("MobileNetV1ImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None):
@@ -187,6 +195,7 @@ class MobileNetV1ImageProcessor(_ShortestEdge):
 
 class MobileNetV2ImageProcessor(MobileNetV1ImageProcessor):
     names = ("MobileNetV2ImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_center_crop=True,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None, do_reduce_labels=False):
@@ -196,8 +205,9 @@ class MobileNetV2ImageProcessor(MobileNetV1ImageProcessor):
                       image_mean=image_mean, image_std=image_std)
 
 
-class OwlViTImageProcessor(_Resized):
+class OwlViTImageProcessor(Resized):
     names = ("OwlViTImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BICUBIC, do_center_crop=False,
               crop_size=None, do_rescale=True, rescale_factor=RESCALE, do_normalize=True,
               image_mean=None, image_std=None):
@@ -209,8 +219,9 @@ class OwlViTImageProcessor(_Resized):
                        else {"height": 768, "width": 768})
 
 
-class ConvNextImageProcessor(_Resized):
+class ConvNextImageProcessor(Resized):
     names = ("ConvNextImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, crop_pct=None, resample=BILINEAR,
               do_rescale=True, rescale_factor=RESCALE, do_normalize=True, image_mean=None,
               image_std=None):
@@ -240,6 +251,7 @@ class ConvNextImageProcessor(_Resized):
 
 class MobileViTImageProcessor(_ShortestEdge):
     names = ("MobileViTImageProcessor",)
+
     def setup(self, *, do_resize=True, size=None, resample=BILINEAR, do_rescale=True,
               rescale_factor=RESCALE, do_center_crop=True, crop_size=None,
               do_flip_channel_order=True, do_reduce_labels=False):
@@ -262,9 +274,3 @@ class MobileViTImageProcessor(_ShortestEdge):
         if self.do_flip_channel_order:
             pixels = T.flip_channel_order(pixels)
         return pixels, size
-
-
-from . import (dense as image_families_dense)  # noqa: E402,F401  (registers the detection / dense families)
-from . import (fast as image_families_fast)  # noqa: E402,F401  (registers the *ImageProcessorFast families)
-from . import maskformer as image_families_maskformer  # noqa: E402,F401  (MaskFormer / Mask2Former)
-from . import (tjs as image_families_tjs)  # noqa: E402,F401  (transformers.js' generic ImageProcessor)

@@ -4,7 +4,7 @@ class transformers (Python) does not have; transformers.js runs it as its generi
 (src/image_processors_utils.js). Its ``preprocess`` is followed step by step: RGB, resize to
 size {width, height} or by {shortest_edge, longest_edge} (rounded down to a multiple of
 size_divisibility), as transformers.js does in Node (sharp's affine bilinear, not Pillow's:
-image_resize_sharp.py), rescale (a float64 product stored as float32), normalize, pad (zeros to a
+../resize_sharp.py), rescale (a float64 product stored as float32), normalize, pad (zeros to a
 multiple of size_divisibility).
 """
 
@@ -14,17 +14,17 @@ from decimal import ROUND_HALF_UP, Decimal
 import numpy as np
 
 from ....errors import InputError
-from .resized import BILINEAR, RESCALE, _Resized
-from ..processor import register
+from .resized import BILINEAR, RESCALE, Resized
 from ..resize_sharp import sharp_bilinear
 
 # transformers.js' RESAMPLING_MAPPING: box (4) and hamming (5) fall back to bilinear (it warns)
 BILINEAR_LIKE = {BILINEAR: "bilinear", 4: "box", 5: "hamming"}
 
 
-# processor_type() renames FeatureExtractor -> ImageProcessor, as transformers' AutoImageProcessor
-# does: "ImageFeatureExtractor" becomes this name (transformers itself has no such class)
-class TransformersJsImageProcessor(_Resized):
+class TransformersJsImageProcessor(Resized):
+    # auto.processor_type() renames FeatureExtractor -> ImageProcessor, as transformers'
+    # AutoImageProcessor does: "ImageFeatureExtractor" becomes this name (transformers itself
+    # has no such class)
     names = ("ImageImageProcessor",)
     do_convert_rgb = True  # transformers.js: config.do_convert_rgb ?? true
 
