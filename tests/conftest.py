@@ -58,6 +58,27 @@ SLOW_TESTS = {
     "tests/test_pipelines_maskformer.py::test_matches_transformers[mask2former-jax]",
     "tests/test_pipelines_maskformer.py::test_matches_transformers[maskformer-jax]",
 }
+# The same checks on one backend where the other backend's run stays in the default suite (and
+# each pipeline's other tests run both): each of these took 30-110 s of a 2-core run, and the
+# default suite is kept under 20 minutes (pytest --durations=150 of the suite, December 2026).
+SLOW_TESTS |= {
+    "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
+    "[whisper-automatic-speech-recognition-jax]",
+    "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
+    "[whisper-timestamped-automatic-speech-recognition-jax]",
+    "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
+    "[hubert-ctc-automatic-speech-recognition-mlx]",
+    "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
+    "[wav2vec2-automatic-speech-recognition-jax]",
+    "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
+    "[wav2vec2-classifier-audio-classification-mlx]",
+    "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
+    "[clap-zero-shot-audio-classification-jax]",
+    "tests/test_pipelines_tts.py::test_matches_transformers[vits-jax]",
+    "tests/test_pipelines_tts.py::test_matches_transformers[speecht5-jax]",
+    "tests/test_models.py::test_graph_matches_onnxruntime[grounding-dino/model.onnx-compiled-mlx]",
+    "tests/test_models.py::test_graph_matches_onnxruntime[d-fine/model.onnx-compiled-mlx]",
+}
 SLOW_FILES = {"tests/test_ray.py"}
 
 
