@@ -12,7 +12,7 @@ import pytest
 import soundfile
 
 from transmuter.errors import InputError
-from transmuter.preprocess import audio
+from transmuter.preprocess.audio import load as audio
 from transmuter.preprocess.audio.load import is_audio, load_audio, resample
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
