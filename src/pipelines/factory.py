@@ -56,8 +56,7 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
         repo = hub.resolve(model, **where)
         # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...), a
         # family its own (the repo's config.json says which)
-        reads = registry.get(task, repo.config().get("model_type")) \
-            if registry.has_families(task) else cls
+        reads = registry.get(task, repo.config().get("model_type"))
         component = reads.onnx_component(repo) if hasattr(reads, "onnx_component") else "model"
         model = load(repo.onnx_file(component, variant), backend=backend,
                      compute_type=compute_type, checks=checks, compile_cache=compile_cache,
@@ -67,8 +66,7 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     if config is None:
         raise PipelineError("A model given as a transmuter.Model needs config= (config.json as a "
                             "dict, or the repo/folder it came from)")
-    if registry.has_families(task):
-        cls = registry.get(task, config.get("model_type") if isinstance(config, dict) else None)
+    cls = registry.get(task, config.get("model_type") if isinstance(config, dict) else None)
     given = {"tokenizer": tokenizer, "image_processor": image_processor,
              "feature_extractor": feature_extractor}
     unused = [name for name, value in given.items()

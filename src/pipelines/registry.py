@@ -91,12 +91,6 @@ def get(task, model_type=None):
     return _load(*TASKS[name])
 
 
-def has_families(task):
-    """Whether some model type of ``task`` has a class of its own (FAMILIES)."""
-    name = normalize(task)
-    return any(t == name for t, _ in FAMILIES)
-
-
 def _load(module, cls):
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 

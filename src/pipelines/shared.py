@@ -25,10 +25,7 @@ _ATTRIBUTE = "_transmuter_pipelines_shared"
 
 def of(model):
     """The dict of what pipelines over ``model`` share (made empty on first use)."""
-    entries = vars(model).get(_ATTRIBUTE)
-    if entries is None:
-        entries = vars(model).setdefault(_ATTRIBUTE, {})
-    return entries
+    return vars(model).setdefault(_ATTRIBUTE, {})
 
 
 def per_model(model, key, make, *, renew=False):

@@ -24,12 +24,13 @@ from .tokenizer import MarianTokenizer, Tokenizer
 def tokenizer_for(repo):
     """The tokenizer of a ``hub`` repo (or a folder, or a Hub id), by its files (see above)."""
     repo = hub.resolve(repo) if not isinstance(repo, hub.Repo) else repo
-    if not repo.has("tokenizer.json") and repo.has("source.spm") and repo.has("vocab.json"):
+    if repo.has("tokenizer.json"):
+        return Tokenizer.from_repo(repo)
+    if repo.has("source.spm") and repo.has("vocab.json"):
         return MarianTokenizer.from_repo(repo)
-    if not repo.has("tokenizer.json") and repo.has("spiece.model") and repo.json(
-            "tokenizer_config.json", {}).get("tokenizer_class") == "SiglipTokenizer":
+    kind = repo.json("tokenizer_config.json", {}).get("tokenizer_class")
+    if repo.has("spiece.model") and kind == "SiglipTokenizer":
         return SiglipTokenizer.from_repo(repo)
-    if not repo.has("tokenizer.json") and repo.has("vocab.json") and repo.json(
-            "tokenizer_config.json", {}).get("tokenizer_class") == "Wav2Vec2CTCTokenizer":
+    if repo.has("vocab.json") and kind == "Wav2Vec2CTCTokenizer":
         return CTCTokenizer.from_repo(repo)
-    return Tokenizer.from_repo(repo)
+    return Tokenizer.from_repo(repo)  # refuses a repo without tokenizer.json, naming it
