@@ -28,9 +28,13 @@ def tokenizer_for(repo):
         return Tokenizer.from_repo(repo)
     if repo.has("source.spm") and repo.has("vocab.json"):
         return MarianTokenizer.from_repo(repo)
-    kind = repo.json("tokenizer_config.json", {}).get("tokenizer_class")
-    if repo.has("spiece.model") and kind == "SiglipTokenizer":
+    if repo.has("spiece.model") and _tokenizer_class(repo) == "SiglipTokenizer":
         return SiglipTokenizer.from_repo(repo)
-    if repo.has("vocab.json") and kind == "Wav2Vec2CTCTokenizer":
+    if repo.has("vocab.json") and _tokenizer_class(repo) == "Wav2Vec2CTCTokenizer":
         return CTCTokenizer.from_repo(repo)
     return Tokenizer.from_repo(repo)  # refuses a repo without tokenizer.json, naming it
+
+
+def _tokenizer_class(repo):
+    """tokenizer_config.json's tokenizer_class (read only where the files point to a slow kind)."""
+    return repo.json("tokenizer_config.json", {}).get("tokenizer_class")
