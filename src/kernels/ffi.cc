@@ -51,7 +51,7 @@ void ParallelFor(ffi::ThreadPool &pool, int64_t n, int64_t grain, F fn) {
 
 // Below this many weight bytes x rows a product runs on the calling thread alone: waking the
 // pool cost more than it saved (measured in bench/matmul_nbits.py).
-constexpr int64_t kParallelWork = int64_t{1} << 19;
+constexpr int64_t kParallelWork = int64_t{1} << 16;
 
 ffi::Error MatMulNBits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBuffer b,
                        ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> zero_points,

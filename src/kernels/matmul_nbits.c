@@ -106,8 +106,8 @@ static inline float hsum(__m256 v) {
 /* B is read 32 bytes ("a span") at a time: 64 weights of 4 bits or 32 of 8. Lane L (of eight
  * int32 or f32) of a span's sums covers elements [per_lane * L, per_lane * (L + 1)) of it. */
 typedef struct {
-    int64_t k, block, n_blocks, col_bytes, n_spans;
-    int bits, span, per_lane;
+    int64_t k, block, n_blocks, col_bytes, n_spans, whole_spans;
+    int bits, span, per_lane, block_shift;
     int32_t lane_block[8]; /* blocks shorter than a span: lane L's block within it */
 } shape_t;
 
@@ -117,8 +117,10 @@ static shape_t shape_of(int64_t k, int64_t block, int bits) {
     t.n_blocks = (k + block - 1) / block;
     t.col_bytes = t.n_blocks * block * bits / 8;
     t.n_spans = (t.col_bytes + 31) / 32;
+    t.whole_spans = t.col_bytes / 32; /* a short last span, if any, is read with checks */
     t.span = bits == 4 ? 64 : 32;
     t.per_lane = t.span / 8;
+    t.block_shift = __builtin_ctzll((unsigned long long)block);
     for (int lane = 0; lane < 8; lane++)
         t.lane_block[lane] = block < t.span ? (int32_t)(lane * t.per_lane / block) : 0;
     return t;
@@ -127,7 +129,7 @@ static shape_t shape_of(int64_t k, int64_t block, int bits) {
 /* Span s of one column's bytes; the last may be short (a multiple of 8 bytes): masked, the rest 0. */
 static inline __m256i load_span(const uint8_t *col, int64_t s, const shape_t *t) {
     int64_t left = t->col_bytes - s * 32;
-    if (left >= 32) return _mm256_loadu_si256((const __m256i *)(col + s * 32));
+    if (__builtin_expect(left >= 32, 1)) return _mm256_loadu_si256((const __m256i *)(col + s * 32));
     const int32_t words[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     __m256i mask = _mm256_loadu_si256((const __m256i *)(words + 8 - left / 4));
     return _mm256_maskload_epi32((const int *)(col + s * 32), mask);
@@ -136,7 +138,7 @@ static inline __m256i load_span(const uint8_t *col, int64_t s, const shape_t *t)
 /* values[block of lane L] for the eight lanes of span s (0 past the last block). Blocks shorter
  * than a span: its 2 or 4 blocks' values loaded at once and spread by lane (t->lane_block). */
 static inline __m256 lanes(const float *values, int64_t s, const shape_t *t) {
-    int64_t first = s * t->span / t->block;
+    int64_t first = (s * t->span) >> t->block_shift; /* block is a power of two: no division */
     if (t->block >= t->span) return _mm256_set1_ps(values[first]);
     __m128 four;
     if (first + 4 <= t->n_blocks) {
@@ -163,89 +165,173 @@ static float dot3(const float *a, const float *c, const float *d, int64_t n) {
     return total;
 }
 
-#define NC 4
-#define NR 2
+/* The scales of span s's lanes, for a whole span (all its blocks exist): per_span blocks of the
+ * span (1: blocks as long as a span or longer; 2 or 4: shorter), spread by t->lane_block. Sizes are
+ * compile-time constants in the tiles below, so this is one or two instructions, not a branch. */
+static inline __attribute__((always_inline)) __m256 span_lanes(const float *v, int64_t s,
+                                                               const shape_t *t, int per_span,
+                                                               __m256i spread) {
+    if (per_span == 1) return _mm256_set1_ps(v[(s * t->span) >> t->block_shift]);
+    __m128 few = per_span == 2 ? _mm_castpd_ps(_mm_load_sd((const double *)(v + 2 * s)))
+                               : _mm_loadu_ps(v + 4 * s);
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(few), spread);
+}
 
-/* One tile of nr rows x nc columns at level 4, over every span. Inlined with constant sizes
- * for whole tiles, so that the accumulators stay in registers (a loop over runtime tile sizes
- * kept them on the stack: 2.3x slower). */
+/* acc += row i's products with one column's span: lo (low nibbles, or the bytes) and hi (high
+ * nibbles) against the row's evens and odds, scaled per lane by a_scale * w_scale. */
+#define SPAN_PRODUCT(acc, i, lo, hi, wsl)                                                       \
+    do {                                                                                        \
+        __m256i d_ = dot_u8s8(_mm256_setzero_si256(), lo, xlo##i, wmax);                         \
+        if (bits == 4) d_ = dot_u8s8(d_, hi, xhi##i, wmax);                                     \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d_), _mm256_mul_ps(asl##i, wsl), acc);         \
+    } while (0)
+
+/* Column j's span s: its bytes unpacked, and its scales by lane. */
+#define SPAN_WEIGHTS(j, LOAD, LANES)                                                            \
+    __m256i raw##j = LOAD(b + (c0 + j) * t->col_bytes, s, t);                                   \
+    __m256 wsl##j = LANES(scales + (c0 + j) * t->n_blocks, s, t);                               \
+    __m256i lo##j = bits == 4 ? _mm256_and_si256(raw##j, low4) : raw##j;                        \
+    __m256i hi##j = _mm256_and_si256(_mm256_srli_epi16(raw##j, 4), low4)
+
+#define ROW_INPUTS(i, LANES)                                                                    \
+    const int8_t *x##i = xq + (r0 + i) * xq_stride + s * t->span;                               \
+    __m256 asl##i = LANES(ascale + (r0 + i) * t->n_blocks, s, t);                               \
+    __m256i xlo##i = _mm256_loadu_si256((const __m256i *)x##i);                                 \
+    __m256i xhi##i = bits == 4 ? _mm256_loadu_si256((const __m256i *)(x##i + 32)) : xlo##i
+
+#define FAST_LOAD(col, s, t) _mm256_loadu_si256((const __m256i *)((col) + (s) * 32))
+#define FAST_LANES(v, s, t) span_lanes(v, s, t, per_span, spread)
+
+/* y[r, c] = sum - the zero points' term (blksum[r] . zp[c] * scales[c], MLAS's BlkSum). */
+static inline void store_int8(float *y, int64_t n, const float *blksum, const float *scales,
+                              const float *zp, const shape_t *t, int64_t r, int64_t c,
+                              __m256 sum) {
+    const float *bs = blksum + r * t->n_blocks, *ws = scales + c * t->n_blocks;
+    float corr = 0.0f;
+    if (zp) {
+        corr = dot3(bs, zp + c * t->n_blocks, ws, t->n_blocks);
+    } else {
+        float zp_default = (float)(1 << (t->bits - 1));
+        for (int64_t blk = 0; blk < t->n_blocks; blk++) corr += bs[blk] * (zp_default * ws[blk]);
+    }
+    y[r * n + c] = hsum(sum) - corr;
+}
+
+/* y[r, c] -= the zero points' term, for a value summed by rest_1x1. */
+static inline void store_int8_add(float *y, int64_t n, const float *blksum, const float *scales,
+                                  const float *zp, const shape_t *t, int64_t r, int64_t c) {
+    float sum = y[r * n + c];
+    store_int8(y, n, blksum, scales, zp, t, r, c, _mm256_setzero_ps());
+    y[r * n + c] += sum;
+}
+
+/* Tiles of rows x 4 columns at level 4 (rows 1 or 2): accumulators named, so that they stay in
+ * registers (an array of them stayed on the stack: 2.3x slower); B's span unpacked once per
+ * tile. The whole spans run with unchecked loads; a short last span (K not a multiple of the
+ * span) takes the checked ones. */
+#define TILE_SPAN(LOAD, LANES)                                                                  \
+    do {                                                                                        \
+        ROW_INPUTS(0, LANES);                                                                   \
+        if (rows == 2) {                                                                        \
+            ROW_INPUTS(1, LANES);                                                               \
+            SPAN_WEIGHTS(0, LOAD, LANES); SPAN_PRODUCT(a0, 0, lo0, hi0, wsl0);                  \
+            SPAN_PRODUCT(b0, 1, lo0, hi0, wsl0);                                                \
+            SPAN_WEIGHTS(1, LOAD, LANES); SPAN_PRODUCT(a1, 0, lo1, hi1, wsl1);                  \
+            SPAN_PRODUCT(b1, 1, lo1, hi1, wsl1);                                                \
+            SPAN_WEIGHTS(2, LOAD, LANES); SPAN_PRODUCT(a2, 0, lo2, hi2, wsl2);                  \
+            SPAN_PRODUCT(b2, 1, lo2, hi2, wsl2);                                                \
+            SPAN_WEIGHTS(3, LOAD, LANES); SPAN_PRODUCT(a3, 0, lo3, hi3, wsl3);                  \
+            SPAN_PRODUCT(b3, 1, lo3, hi3, wsl3);                                                \
+        } else {                                                                                \
+            SPAN_WEIGHTS(0, LOAD, LANES); SPAN_PRODUCT(a0, 0, lo0, hi0, wsl0);                  \
+            SPAN_WEIGHTS(1, LOAD, LANES); SPAN_PRODUCT(a1, 0, lo1, hi1, wsl1);                  \
+            SPAN_WEIGHTS(2, LOAD, LANES); SPAN_PRODUCT(a2, 0, lo2, hi2, wsl2);                  \
+            SPAN_WEIGHTS(3, LOAD, LANES); SPAN_PRODUCT(a3, 0, lo3, hi3, wsl3);                  \
+        }                                                                                       \
+    } while (0)
+
 static inline __attribute__((always_inline)) void tile_int8(
     const int8_t *xq, const float *ascale, const float *blksum, int64_t xq_stride,
     const uint8_t *b, const float *scales, const float *zp, float *y, int64_t n,
-    const shape_t *t, int64_t r0, int64_t c0, int nr, int nc, int bits) {
-    int wmax = (1 << bits) - 1;
+    const shape_t *t, int64_t r0, int64_t c0, int rows, int bits, int per_span) {
+    const int wmax = (1 << bits) - 1;
     const __m256i low4 = _mm256_set1_epi8(15);
-    __m256 acc[NR][NC];
-    for (int i = 0; i < NR; i++)
-        for (int j = 0; j < NC; j++) acc[i][j] = _mm256_setzero_ps();
-    for (int64_t s = 0; s < t->n_spans; s++) {
-        __m256 asl[NR];
-        __m256i xlo[NR], xhi[NR];
-#pragma GCC unroll 2
-        for (int i = 0; i < nr; i++) {
-            const int8_t *x = xq + (r0 + i) * xq_stride + s * t->span;
-            asl[i] = lanes(ascale + (r0 + i) * t->n_blocks, s, t);
-            xlo[i] = _mm256_loadu_si256((const __m256i *)x);
-            xhi[i] = bits == 4 ? _mm256_loadu_si256((const __m256i *)(x + 32)) : xlo[i];
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) {
-            __m256i raw = load_span(b + (c0 + j) * t->col_bytes, s, t);
-            __m256 wsl = lanes(scales + (c0 + j) * t->n_blocks, s, t);
-            __m256i lo = bits == 4 ? _mm256_and_si256(raw, low4) : raw;
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-    #pragma GCC unroll 2
-        for (int i = 0; i < nr; i++) {
-                __m256i d = dot_u8s8(_mm256_setzero_si256(), lo, xlo[i], wmax);
-                if (bits == 4) d = dot_u8s8(d, hi, xhi[i], wmax);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(asl[i], wsl),
-                                            acc[i][j]);
-            }
-        }
-    }
-    float zp_default = (float)(1 << (bits - 1));
-    for (int j = 0; j < nc; j++) {
-        const float *ws = scales + (c0 + j) * t->n_blocks;
-#pragma GCC unroll 2
-        for (int i = 0; i < nr; i++) {
-            const float *bs = blksum + (r0 + i) * t->n_blocks;
-            float corr = 0.0f;
-            if (zp) {
-                corr = dot3(bs, zp + (c0 + j) * t->n_blocks, ws, t->n_blocks);
-            } else {
-                for (int64_t blk = 0; blk < t->n_blocks; blk++) corr += bs[blk] * (zp_default * ws[blk]);
-            }
-            y[(r0 + i) * n + c0 + j] = hsum(acc[i][j]) - corr;
-        }
+    const __m256i spread = _mm256_loadu_si256((const __m256i *)t->lane_block);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int64_t s = 0; s < t->whole_spans; s++) TILE_SPAN(FAST_LOAD, FAST_LANES);
+    store_int8(y, n, blksum, scales, zp, t, r0, c0, a0);
+    store_int8(y, n, blksum, scales, zp, t, r0, c0 + 1, a1);
+    store_int8(y, n, blksum, scales, zp, t, r0, c0 + 2, a2);
+    store_int8(y, n, blksum, scales, zp, t, r0, c0 + 3, a3);
+    if (rows == 2) {
+        store_int8(y, n, blksum, scales, zp, t, r0 + 1, c0, b0);
+        store_int8(y, n, blksum, scales, zp, t, r0 + 1, c0 + 1, b1);
+        store_int8(y, n, blksum, scales, zp, t, r0 + 1, c0 + 2, b2);
+        store_int8(y, n, blksum, scales, zp, t, r0 + 1, c0 + 3, b3);
     }
 }
 
+/* y[r0, c0] += the products of the spans from `first` on, with checked loads: the short last span
+ * of the tiles above, and every span of the columns past the last four. */
+static void rest_1x1(const int8_t *xq, const float *ascale, int64_t xq_stride, const uint8_t *b,
+                     const float *scales, float *y, int64_t n, const shape_t *t, int64_t r0,
+                     int64_t c0, int bits, int64_t first) {
+    const int wmax = (1 << bits) - 1;
+    const __m256i low4 = _mm256_set1_epi8(15);
+    __m256 a0 = _mm256_setzero_ps();
+    for (int64_t s = first; s < t->n_spans; s++) {
+        ROW_INPUTS(0, lanes);
+        SPAN_WEIGHTS(0, load_span, lanes);
+        SPAN_PRODUCT(a0, 0, lo0, hi0, wsl0);
+    }
+    y[r0 * n + c0] += hsum(a0);
+}
+
 /* Columns [n0, n1) of rows [0, m) at level 4. xq/ascale/blksum: the rows prepared above, with
- * row strides xq_stride bytes and n_blocks floats. Tiles of NR rows x NC columns: one accumulator
- * chain per column is latency-bound (a prototype measured 1.2-1.6x slower than MLAS on 8192 x
- * 2048), and each span of B is unpacked once for NR rows. */
+ * row strides xq_stride bytes and n_blocks floats. Four columns at a time: one accumulator chain
+ * per column is latency-bound (a prototype measured 1.2-1.6x slower than MLAS on 8192 x 2048). */
 void KERNEL(tm_nbits_columns_int8)(const int8_t *xq, const float *ascale, const float *blksum,
                                    int64_t xq_stride, int64_t m, const uint8_t *b,
                                    const float *scales, const float *zp, float *y, int64_t n,
                                    int64_t k, int64_t block, int bits, int64_t n0, int64_t n1) {
     shape_t t = shape_of(k, block, bits);
-    for (int64_t c0 = n0; c0 < n1; c0 += NC) {
-        int nc = n1 - c0 < NC ? (int)(n1 - c0) : NC;
-        for (int64_t r0 = 0; r0 < m; r0 += NR) {
-            int nr = m - r0 < NR ? (int)(m - r0) : NR;
-#define TILE(R, C, BITS) tile_int8(xq, ascale, blksum, xq_stride, b, scales, zp, y, n, &t, r0, \
-                                   c0, R, C, BITS)
-            if (nc == NC && nr == NR) {
-                if (bits == 4) TILE(NR, NC, 4); else TILE(NR, NC, 8);
-            } else if (nc == NC && nr == 1) {
-                if (bits == 4) TILE(1, NC, 4); else TILE(1, NC, 8);
-            } else {
-                TILE(nr, nc, bits);
-            }
-#undef TILE
+    int per_span = block >= t.span ? 1 : (int)(t.span / block);
+#define ARGS xq, ascale, blksum, xq_stride, b, scales, zp, y, n, &t
+#define TILES(rows)                                                                             \
+    do {                                                                                        \
+        if (bits == 4) {                                                                        \
+            if (per_span == 1) tile_int8(ARGS, r0, c0, rows, 4, 1);                             \
+            else if (per_span == 2) tile_int8(ARGS, r0, c0, rows, 4, 2);                        \
+            else tile_int8(ARGS, r0, c0, rows, 4, 4);                                           \
+        } else {                                                                                \
+            if (per_span == 1) tile_int8(ARGS, r0, c0, rows, 8, 1);                             \
+            else tile_int8(ARGS, r0, c0, rows, 8, 2);                                           \
+        }                                                                                       \
+    } while (0)
+    int64_t c0 = n0;
+    for (; c0 + 4 <= n1; c0 += 4) {
+        int64_t r0 = 0;
+        for (; r0 + 2 <= m; r0 += 2) TILES(2);
+        if (r0 < m) TILES(1);
+    }
+    if (t.whole_spans < t.n_spans) /* K's short last span */
+        for (int64_t c = n0; c < c0; c++)
+            for (int64_t r = 0; r < m; r++)
+                rest_1x1(xq, ascale, xq_stride, b, scales, y, n, &t, r, c, bits, t.whole_spans);
+    for (; c0 < n1; c0++) {
+        for (int64_t r0 = 0; r0 < m; r0++) {
+            y[r0 * n + c0] = 0.0f;
+            rest_1x1(xq, ascale, xq_stride, b, scales, y, n, &t, r0, c0, bits, 0);
+            store_int8_add(y, n, blksum, scales, zp, &t, r0, c0);
         }
     }
+#undef TILES
+#undef ARGS
 }
+
+#define NC 4
+#define NR 2
 
 /* Eight weights (group g of 4 of a 32-byte half) as f32. */
 static inline __m256 group_f32(__m256i w, int g) {
