@@ -21,6 +21,7 @@ LAYERS = [
     ("ops",),
     ("engine",),
     ("hub",),
+    ("debug",),
     ("preprocess",),
     ("generation",),
     ("serving",),
