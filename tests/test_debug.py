@@ -11,6 +11,8 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from transmuter import cli, debug
+
+from .fixtures import ROOT
 from transmuter.ops import registry
 
 BACKENDS = ["jax", "mlx"]
@@ -303,3 +305,39 @@ def test_an_op_onnxruntime_lacks_is_said_and_the_rest_compared(monkeypatch):
     assert "onnxruntime has no kernel for ImageDecoder 'decode'" in str(clean)
     plant(monkeypatch, "Neg")
     assert debug.first_divergence(proto, feed).divergence.node == "neg"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scan_body(backend, monkeypatch):
+    """A Scan over 4 rows whose body adds each row to its state and emits Sin of the sum; the
+    planted Sin is found in the first iteration."""
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "row"], ["s_out"], name="sum"),
+                              helper.make_node("Sin", ["s_out"], ["emit"], name="sin")],
+                             "body", [tensor("s_in", [2]), tensor("row", [2])],
+                             [tensor("s_out", [2]), tensor("emit", [2])])
+    proto = model([helper.make_node("Scan", ["s", "xs"], ["final", "emitted"], name="scan",
+                                    body=body, num_scan_inputs=1)],
+                  [tensor("s", [2]), tensor("xs", [4, 2])],
+                  [tensor("final", [2]), tensor("emitted", [4, 2])])
+    feed = {"s": np.zeros(2, np.float32), "xs": RNG.standard_normal((4, 2)).astype(np.float32)}
+    assert not debug.first_divergence(proto, feed, backend=backend).found
+    plant(monkeypatch, "Sin")
+    report = debug.first_divergence(proto, feed, backend=backend)
+    assert report.divergence.node == "scan"
+    assert report.divergence.inner.where.startswith("iteration 0 of the body")
+    assert innermost(report).node == "sin"
+
+
+def test_cli_diff_with_the_tasks_preprocessing(monkeypatch, capsys):
+    """--task --example: the inputs are those the text-classification pipeline gives its model
+    (input_ids, attention_mask, token_type_ids of the example); a planted Erf (BERT's GELU) is
+    found in the first layer's feed-forward."""
+    folder = str(ROOT / "bert-sequence-classification")
+    args = ["diff", folder, "--task", "text-classification", "--example", "I love this movie"]
+    assert cli.main(args) == 0
+    assert "no divergence" in capsys.readouterr().out
+    plant(monkeypatch, "Erf")
+    assert cli.main(args) == 1
+    out = capsys.readouterr().out
+    assert "first divergence: Erf node '/bert/encoder/layer.0/" in out
+    assert "path from the input: input_ids -> " in out

@@ -16,7 +16,7 @@ from .. import dtypes
 class Diff:
     ok: bool
     max_abs: float = 0.0
-    max_rel: float = 0.0
+    max_rel: float = 0.0  # |ours - ref| / (|ref| + atol)
     bad: int = 0  # elements past the tolerance
     size: int = 0
     where: tuple = ()  # index of the largest difference
@@ -53,15 +53,15 @@ def compare(ours, ref, rtol, atol, noise=0.0) -> Diff:
         return Diff(True)
     nan = np.isnan(b)
     same = (a == b) | (nan & np.isnan(a))  # equal infinities and NaN where the reference has NaN
-    diff = np.where(same, 0.0, np.abs(a - b))
+    with np.errstate(invalid="ignore"):  # inf - inf: a difference, counted as inf below
+        diff = np.where(same, 0.0, np.abs(a - b))
     diff = np.where(np.isnan(diff), np.inf, diff)
     limit = atol + rtol * np.abs(np.where(nan, 0.0, b)) + noise
     if not dtypes.is_float(ref.dtype):
         limit = np.full(b.shape, float(noise))  # integers and booleans: exact, up to the noise
     bad = diff > limit
     where = np.unravel_index(int(np.argmax(diff)), ref.shape) if ref.ndim else ()
-    scale = np.abs(np.where(nan, 0.0, b))
-    rel = np.where(diff == 0, 0.0, diff / np.maximum(scale, np.finfo(np.float64).tiny))
+    rel = diff / (np.abs(np.where(nan, 0.0, b)) + atol)  # atol: a zero reference stays finite
     return Diff(not bad.any(), float(diff.max()), float(rel.max()), int(bad.sum()), int(ref.size),
                 tuple(int(i) for i in where))
 
