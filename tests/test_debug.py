@@ -9,11 +9,10 @@ import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
-
 from transmuter import cli, debug
+from transmuter.ops import registry
 
 from .fixtures import ROOT
-from transmuter.ops import registry
 
 BACKENDS = ["jax", "mlx"]
 RNG = np.random.default_rng(0)

@@ -7,4 +7,4 @@
 from .divergence import first_divergence
 from .report import Divergence, Report, Value
 
-__all__ = ["first_divergence", "Report", "Divergence", "Value"]
+__all__ = ["Divergence", "Report", "Value", "first_divergence"]

@@ -23,21 +23,23 @@ from ..engine.graph import Graph, node_reads
 from ..engine.model import Model, read_proto
 from ..engine.run import run
 from ..engine.runner import Runner
-from ..errors import InputError, OpError, TransmuterError
+from ..errors import InputError, OpError
 from ..hub.load import load
 from ..hub.repo import is_repo_source
 from .compare import compare, describe, noise_of
-from .reference import Reference, body_model
+from .reference import (
+    Reference,
+    body_model,
+    perturbed,
+    perturbed_feeds,
+    quantizes_activations,
+)
 from .report import Divergence, Report, Value
 
 # float32 rounding differs between XLA / MLX and onnxruntime's MLAS by ~1e-6 relative per op and
 # grows through a graph; 1e-4 is the bound the tests hold whole graphs to
 RTOL = ATOL = 1e-4
-PERTURBATION = 1e-6  # relative: how far inputs and weights move to size an int8 file's noise
 MAX_ITERATIONS = 1000  # Loop / Scan iterations searched one by one before giving up
-# ops that quantize activations: their values move by a quantization step on a rounding tie
-_QUANTIZING = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
-               "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "MatMulIntegerToFloat")
 
 
 def first_divergence(model, inputs, *, rtol=RTOL, atol=ATOL, backend="jax", variant=None,
@@ -58,7 +60,7 @@ def first_divergence(model, inputs, *, rtol=RTOL, atol=ATOL, backend="jax", vari
         if not isinstance(value, (int, float)) or value < 0:
             raise InputError(f"{name}={value!r}: give a number >= 0")
     if noise is None:
-        noise = any(n.op_type in _QUANTIZING for n in _all_nodes(proto.graph))
+        noise = quantizes_activations(proto)
     return _Search(ours, proto, dict(inputs), rtol, atol, noise, window).run()
 
 
@@ -94,7 +96,7 @@ class _Search:
         self.ref = Reference(proto)
         self.noisy = None
         if noise:
-            self.noisy = Reference(_perturbed(proto)), _perturbed_feeds(feeds)
+            self.noisy = Reference(perturbed(proto)), perturbed_feeds(feeds)
         order = [n for node in ours.graph.nodes for n in node.outputs if n in self.ref.names]
         self.values = _Window(self, order, window)
         self.seen = {}  # name -> Diff of each value compared so far (numbers, not arrays)
@@ -353,32 +355,3 @@ def _host(model, value):
 def _holds_graph(value):
     return isinstance(value, Graph) or (isinstance(value, list) and value
                                         and isinstance(value[0], Graph))
-
-
-def _all_nodes(graph):
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for g in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
-                yield from _all_nodes(g)
-
-
-def _perturbed(proto):
-    """``proto`` with each float weight moved by 1e-6 relative (a fixed pattern of signs)."""
-    moved = onnx.ModelProto()
-    moved.CopyFrom(proto)
-    for tensor in moved.graph.initializer:
-        value = numpy_helper.to_array(tensor)
-        if value.dtype.kind == "f" and value.size:
-            tensor.CopyFrom(numpy_helper.from_array(_move(value), tensor.name))
-    return moved
-
-
-def _perturbed_feeds(feeds):
-    return {k: _move(np.asarray(v)) if np.asarray(v).dtype.kind == "f" else v
-            for k, v in feeds.items()}
-
-
-def _move(value):
-    signs = np.where(np.arange(value.size).reshape(value.shape) % 2, 1.0, -1.0)
-    return (value + PERTURBATION * np.abs(value) * signs).astype(value.dtype)

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from .. import dtypes
 from ..engine.graph import parse_graph
@@ -20,6 +20,10 @@ from ..errors import ModelLoadError, TransmuterError
 _NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
 _UNKNOWN_OP = re.compile(r"(?:([\w.]+):)?(\w+)\(-?\d+\) is not a registered function/op")
 _MAX_LEFT_OUT = 32  # ops refused before the search gives up on onnxruntime
+PERTURBATION = 1e-6  # relative: how far inputs and weights move to size an int8 file's noise
+# ops that quantize activations: their values move by a quantization step on a rounding tie
+QUANTIZING = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+              "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "MatMulIntegerToFloat")
 
 
 def onnxruntime():
@@ -59,7 +63,7 @@ class Reference:
             try:
                 return ort.InferenceSession(_serialized(exposed), options,
                                             providers=["CPUExecutionProvider"])
-            except Exception as e:  # onnxruntime raises its own untyped errors
+            except Exception as e:  # noqa: BLE001  onnxruntime's errors share no base but Exception
                 lacking = _lacking(str(e), exposed.graph)
                 if not lacking:
                     raise TransmuterError(f"onnxruntime cannot run this graph, so there is no "
@@ -162,3 +166,51 @@ def typed(name, value):
     value = np.asarray(value)
     # rank fixed, sizes free: a Loop's carried values may grow from one iteration to the next
     return helper.make_tensor_value_info(name, dtypes.to_onnx(value.dtype), [None] * value.ndim)
+
+
+# --- plain runs, and the file's own noise ----------------------------------------------------
+
+def outputs(proto, feeds):
+    """onnxruntime's graph outputs (optimizations off) of ``proto`` on ``feeds``, by name."""
+    ort = onnxruntime()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(_serialized(proto), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    declared = {i.name for i in session.get_inputs()}
+    return dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in declared})))
+
+
+def quantizes_activations(proto):
+    """Whether the graph quantizes values it computes (int8 files): those move by a step where
+    a rounding tie falls the other way, so they are compared against the file's own noise."""
+    return any(n.op_type in QUANTIZING for n in all_nodes(proto.graph))
+
+
+def all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for g in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
+                yield from all_nodes(g)
+
+
+def perturbed(proto):
+    """``proto`` with each float weight moved by 1e-6 relative (a fixed pattern of signs)."""
+    moved = onnx.ModelProto()
+    moved.CopyFrom(proto)
+    for tensor in moved.graph.initializer:
+        value = numpy_helper.to_array(tensor)
+        if value.dtype.kind == "f" and value.size:
+            tensor.CopyFrom(numpy_helper.from_array(_move(value), tensor.name))
+    return moved
+
+
+def perturbed_feeds(feeds):
+    return {k: _move(np.asarray(v)) if np.asarray(v).dtype.kind == "f" else v
+            for k, v in feeds.items()}
+
+
+def _move(value):
+    signs = np.where(np.arange(value.size).reshape(value.shape) % 2, 1.0, -1.0)
+    return (value + PERTURBATION * np.abs(value) * signs).astype(value.dtype)
