@@ -27,6 +27,12 @@ attributes, inputs, the size of the difference and the path from the input (docs
 Inputs come from an .npz file (one array per graph input) or from a task's own preprocessing of
 an example (a text, an image path, an audio path). Exit status 1 when a node differs, 0 when
 none does.
+
+    transmuter coverage {select,record,run,matrix} [--dir coverage] [--offline] ...
+
+The coverage matrix (docs/coverage.md): select the most downloaded ONNX repos per task from the
+Hub's model list, record onnxruntime's outputs on each task's fixed input, run each case through
+Transmuter compiled, and print the Markdown matrix and the list of tested models.
 """
 
 import argparse
@@ -45,7 +51,7 @@ class UsageError(Exception):
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    commands = {"run": _run, "diff": _diff}
+    commands = {"run": _run, "diff": _diff, "coverage": _coverage}
     if args.command not in commands:
         _parser().print_help()
         return 2
@@ -119,6 +125,29 @@ def _diff(args):
     return 1 if report.found else 0
 
 
+def _coverage(args):
+    from . import coverage
+    if args.step == "select":
+        if args.offline:
+            raise UsageError("select lists models on the Hub; offline, copy the cases.json made "
+                             "where the Hub is reachable into --dir")
+        tasks = args.tasks.split(",") if args.tasks else coverage.TASKS
+        found = coverage.select(tasks, args.per_task)
+        path = coverage.cases.write(args.dir, "cases.json", found)
+        print(f"{len(found)} repos, {sum(len(g['variants']) for g in found)} cases: {path}")
+    elif args.step == "record":
+        coverage.record(args.dir, offline=args.offline)
+    elif args.step == "run":
+        results = coverage.check(args.dir, backend=args.backend, offline=args.offline)
+        return 0 if all(r["status"] == "pass" for r in results) else 1
+    else:
+        text = coverage.matrix(args.dir)
+        if args.output:
+            pathlib.Path(args.output).write_text(text)
+        print(text, end="")
+    return 0
+
+
 def _npz(path):
     import numpy as np
     try:
@@ -183,6 +212,16 @@ def _parser():
     diff.add_argument("--backend", default="jax", choices=["jax", "mlx"])
     diff.add_argument("--rtol", type=float, default=1e-4)
     diff.add_argument("--atol", type=float, default=1e-4)
+    cover = sub.add_parser("coverage", help="which Hub models run: select, record, run, matrix")
+    cover.add_argument("step", choices=["select", "record", "run", "matrix"])
+    cover.add_argument("--dir", default="coverage", help="the folder every step reads and writes")
+    cover.add_argument("--tasks", help="select: comma-separated tasks (default: every task "
+                                       "with one model feed per input)")
+    cover.add_argument("--per-task", type=int, default=5, help="select: repos per task")
+    cover.add_argument("--offline", action="store_true",
+                       help="record, run: read huggingface_hub's cache only (filled elsewhere)")
+    cover.add_argument("--backend", default="jax", choices=["jax", "mlx"], help="run: backend")
+    cover.add_argument("--output", "-o", help="matrix: also write the Markdown here")
     return parser
 
 

@@ -28,6 +28,7 @@ LAYERS = [
     ("pipelines",),
     ("training",),
     ("integrations",),
+    ("coverage",),
     ("cli",),
     ("__init__",),
 ]
