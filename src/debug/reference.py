@@ -6,7 +6,11 @@ fetched a window at a time: each fetch reruns the graph and returns only the nam
 memory holds one window, never every value of a large graph. A node onnxruntime has no kernel
 for is left out with the nodes that read what it makes; ``missing`` says which."""
 
+import os
 import re
+import shutil
+import tempfile
+import weakref
 
 import numpy as np
 import onnx
@@ -14,12 +18,13 @@ from onnx import helper, numpy_helper
 
 from .. import dtypes
 from ..engine.graph import parse_graph
-from ..errors import ModelLoadError, TransmuterError
+from ..errors import TransmuterError
 
 # onnxruntime's words for a node it cannot run: no kernel, or an op it does not know at all
 _NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
 _UNKNOWN_OP = re.compile(r"(?:([\w.]+):)?(\w+)\(-?\d+\) is not a registered function/op")
 _MAX_LEFT_OUT = 32  # ops refused before the search gives up on onnxruntime
+_PROTOBUF_LIMIT = 2**31 - 2**20  # a serialized ModelProto past 2 GiB fails; a margin for outputs
 PERTURBATION = 1e-6  # relative: how far inputs and weights move to size an int8 file's noise
 # ops that quantize activations: their values move by a quantization step on a rounding tie
 QUANTIZING = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
@@ -61,8 +66,7 @@ class Reference:
         options.log_severity_level = 3
         for _ in range(_MAX_LEFT_OUT):
             try:
-                return ort.InferenceSession(_serialized(exposed), options,
-                                            providers=["CPUExecutionProvider"])
+                return _session(ort, exposed, options)
             except Exception as e:  # noqa: BLE001  onnxruntime's errors share no base but Exception
                 lacking = _lacking(str(e), exposed.graph)
                 if not lacking:
@@ -82,13 +86,23 @@ class Reference:
         return dict(zip(names, self.session.run(names, feeds)))
 
 
-def _serialized(proto):
+def _session(ort, proto, options):
+    """An InferenceSession over ``proto``: from memory, or past protobuf's 2 GiB from a
+    temporary folder where its weights are written as external data."""
+    if proto.ByteSize() < _PROTOBUF_LIMIT:
+        return ort.InferenceSession(proto.SerializeToString(), options,
+                                    providers=["CPUExecutionProvider"])
+    folder = tempfile.mkdtemp(prefix="transmuter-debug-")
     try:
-        return proto.SerializeToString()
-    except ValueError as e:  # protobuf's 2 GiB limit
-        raise ModelLoadError(f"The graph with its weights is past protobuf's 2 GiB, which "
-                             f"onnxruntime reads from memory here ({e}); compare a smaller "
-                             "export (fewer layers) of the same architecture") from None
+        path = os.path.join(folder, "model.onnx")
+        onnx.save(proto, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location="model.onnx_data")
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    weakref.finalize(session, shutil.rmtree, folder, True)  # it may map the weights' file
+    return session
 
 
 def _lacking(message, graph):
@@ -175,7 +189,7 @@ def outputs(proto, feeds):
     ort = onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(_serialized(proto), options, providers=["CPUExecutionProvider"])
+    session = _session(ort, proto, options)
     names = [o.name for o in session.get_outputs()]
     declared = {i.name for i in session.get_inputs()}
     return dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in declared})))
