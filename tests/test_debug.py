@@ -343,3 +343,33 @@ def test_cli_diff_with_the_tasks_preprocessing(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "first divergence: Erf node '/bert/encoder/layer.0/" in out
     assert "path from the input: input_ids -> " in out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_later_iteration_and_an_if_inside_a_loop_body(backend, monkeypatch):
+    """The body takes Sin of its value from the third iteration on (an If on the iteration
+    number): iterations 0 and 1 agree, each fed onnxruntime's values of the one before, and the
+    search names the Sin inside the If inside iteration 2."""
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    then = helper.make_graph([helper.make_node("Sin", ["v_in"], ["s"], name="sin")], "then", [],
+                             [tensor("s", [3])])
+    other = helper.make_graph([helper.make_node("Identity", ["v_in"], ["same"], name="same")],
+                              "else", [], [tensor("same", [3])])
+    body = helper.make_graph(
+        [helper.make_node("Greater", ["i", "one"], ["late"], name="late"),
+         helper.make_node("If", ["late"], ["chosen"], name="maybe_sin", then_branch=then,
+                          else_branch=other),
+         helper.make_node("Add", ["chosen", "v_in"], ["v_out"], name="grow"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going")],
+        "body", [tensor("i", [], T.INT64), tensor("cond_in", [], T.BOOL), tensor("v_in", [3])],
+        [tensor("cond_out", [], T.BOOL), tensor("v_out", [3])], [one])
+    proto = model([helper.make_node("Loop", ["trips", "", "x"], ["v"], name="loop", body=body)],
+                  [tensor("x", [3])], [tensor("v", [3])],
+                  [numpy_helper.from_array(np.array(4, np.int64), "trips")])
+    feed = {"x": np.array([0.1, 0.2, 0.3], np.float32)}
+    assert not debug.first_divergence(proto, feed, backend=backend).found
+    plant(monkeypatch, "Sin")
+    report = debug.first_divergence(proto, feed, backend=backend)
+    assert report.divergence.inner.where.startswith("iteration 2 of the body")
+    assert report.divergence.inner.divergence.node == "maybe_sin"
+    assert innermost(report).node == "sin"

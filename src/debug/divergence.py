@@ -23,7 +23,7 @@ from ..engine.graph import Graph, node_reads
 from ..engine.model import Model, read_proto
 from ..engine.run import run
 from ..engine.runner import Runner
-from ..errors import InputError, OpError
+from ..errors import InputError, OpError, TransmuterError
 from ..hub.load import load
 from ..hub.repo import is_repo_source
 from .compare import compare, describe, noise_of
@@ -54,14 +54,14 @@ def first_divergence(model, inputs, *, rtol=RTOL, atol=ATOL, backend="jax", vari
     own value moves when inputs and weights move by 1e-6 relative; None (the default) does so for
     graphs that quantize activations (int8), where a rounding tie moves a value by a step.
     ``window``: values fetched from onnxruntime per run (each fetch reruns the graph)."""
-    ours, proto = _models(model, backend, variant)
-    for name in ("rtol", "atol"):
-        value = {"rtol": rtol, "atol": atol}[name]
+    for name, value in (("rtol", rtol), ("atol", atol)):
         if not isinstance(value, (int, float)) or value < 0:
             raise InputError(f"{name}={value!r}: give a number >= 0")
+    ours, proto = _models(model, backend, variant)
     if noise is None:
         noise = quantizes_activations(proto)
-    return _Search(ours, proto, dict(inputs), rtol, atol, noise, window).run()
+    feeds = ours.host_inputs(dict(inputs))  # NumPy, in the declared dtypes: onnxruntime's too
+    return _Search(ours, proto, feeds, rtol, atol, noise, window).run()
 
 
 def _models(model, backend, variant):
@@ -90,13 +90,16 @@ class _Found(Exception):
 
 
 class _Search:
-    def __init__(self, ours, proto, feeds, rtol, atol, noise, window, where=""):
+    def __init__(self, ours, proto, feeds, rtol, atol, noise, window, where="", sessions=None):
+        """``sessions``: the (reference, perturbed reference) of an earlier search of the same
+        graph (a body's next iteration), else made here."""
         self.ours, self.proto, self.feeds = ours, proto, feeds
         self.rtol, self.atol, self.noise, self.where = rtol, atol, noise, where
-        self.ref = Reference(proto)
-        self.noisy = None
-        if noise:
-            self.noisy = Reference(perturbed(proto)), perturbed_feeds(feeds)
+        if sessions is None:
+            sessions = Reference(proto), Reference(perturbed(proto)) if noise else None
+        self.sessions = sessions
+        self.ref = sessions[0]
+        self.noisy = None if sessions[1] is None else (sessions[1], perturbed_feeds(feeds))
         order = [n for node in ours.graph.nodes for n in node.outputs if n in self.ref.names]
         self.values = _Window(self, order, window)
         self.seen = {}  # name -> Diff of each value compared so far (numbers, not arrays)
@@ -130,17 +133,24 @@ class _Search:
             return
         reads = {n: env[n] for n in node_reads(node) if n in env}
         self.found = self._divergence(node, reads, outputs)
-        self.found.inner, note = self._descend(node, reads)
-        self.found.note = note
+        try:
+            self.found.inner, self.found.note = self._descend(node, reads)
+        except TransmuterError as e:  # the node is found; only the search inside it failed
+            self.found.note = f"searching inside this node failed: {e}"
         raise _Found
 
     def _divergence(self, node, reads, outputs, note="", seen=None):
+        """The Divergence of ``node``: ``reads`` its input values (ours), ``outputs`` name ->
+        (our value, Diff) of the outputs compared."""
         seen = self.seen if seen is None else seen
         inputs = [self._input(name, reads.get(name), seen) for name in node.inputs if name]
-        outs = [Value(name, describe(outputs[name][0]),
-                      ("agrees: " if d.ok else "differs: ") + str(d), d.ok)
-                if name in outputs else Value(name, "", "not compared: onnxruntime lacks it")
-                for name in node.outputs if name for d in [outputs.get(name, (None, None))[1]]]
+        outs = []
+        for name in filter(None, node.outputs):
+            if name not in outputs:
+                outs.append(Value(name, "", "not compared: onnxruntime lacks it"))
+                continue
+            value, diff = outputs[name]
+            outs.append(Value(name, describe(value), _status(diff), diff.ok))
         attrs = {k: v for k, v in node.attrs.items() if not _holds_graph(v) and k != "members"}
         op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
         return Divergence(node.name, op, attrs, inputs, outs, self._path(node), note)
@@ -148,8 +158,7 @@ class _Search:
     def _input(self, name, value, seen):
         text = describe(_host(self.ours, value)) if value is not None else ""
         if name in seen:
-            d = seen[name]
-            return Value(name, text, ("agrees: " if d.ok else "differs: ") + str(d), d.ok)
+            return Value(name, text, _status(seen[name]), seen[name].ok)
         if name in self.feeds:
             return Value(name, text, "a graph input")
         if name in self.ours.constants or name in self.ours.params:
@@ -208,9 +217,10 @@ class _Search:
                         env[name] = ref[name]  # the next member reads onnxruntime's value
                 if not all(d.ok for _, d in outputs.values()):
                     found = self._divergence(member, env, outputs, seen={**self.seen, **seen})
-                    return Report(found, len(seen), self.rtol, self.atol, self.noise,
-                                  where=f"inside fused {node.label}")
-        return Report(None, len(seen), self.rtol, self.atol, self.noise,
+                    break
+            else:
+                found = None
+        return Report(found, sum(d.ok for d in seen.values()), self.rtol, self.atol, self.noise,
                       where=f"inside fused {node.label}")
 
     def _body(self, node, reads):
@@ -234,7 +244,9 @@ class _Search:
             search = None
             for i, (feeds, advance) in enumerate(iterate(body, node, args)):
                 if i >= MAX_ITERATIONS:
-                    break
+                    return None, (f"the first {MAX_ITERATIONS} iterations of the body of "
+                                  f"{node.label} agree on onnxruntime's values; later ones "
+                                  "were not searched")
                 report, out, search = self._search_body(body, outer, feeds,
                                                         f"iteration {i} of the body of "
                                                         f"{node.label}", search)
@@ -266,16 +278,15 @@ class _Search:
     def _search_body(self, body, outer, feeds, where, search=None):
         """(Report, onnxruntime's body outputs, the search to reuse) of ``body`` on ``feeds``
         (its declared inputs) and ``outer`` (what it reads from outside)."""
-        feeds = {**{k: v for k, v in outer.items()}, **feeds}
+        feeds = {**outer, **feeds}
         if search is None:
             proto = body_model(body, self.proto, feeds)
-            feeds = {i.name: feeds[i.name] for i in proto.graph.input}
-            search = _Search(load(proto, backend=self.ours.backend.name), proto, feeds, self.rtol,
-                             self.atol, self.noise, self.values.size, where)
-        else:
-            feeds = {i.name: feeds[i.name] for i in search.proto.graph.input}
-            search = _Search(search.ours, search.proto, feeds, self.rtol, self.atol, self.noise,
-                             self.values.size, where)
+            ours, sessions = load(proto, backend=self.ours.backend.name), None
+        else:  # the next iteration: the same model and sessions
+            proto, ours, sessions = search.proto, search.ours, search.sessions
+        feeds = {i.name: feeds[i.name] for i in proto.graph.input}
+        search = _Search(ours, proto, feeds, self.rtol, self.atol, self.noise, self.values.size,
+                         where, sessions)
         out = search.ref.values([o.name for o in body.output], feeds)
         return search.run(), [out.get(o.name) for o in body.output], search
 
@@ -340,6 +351,10 @@ def _scan_steps(body, node, args):
         slices = [np.take(np.asarray(x), length - 1 - t if d else t, axis=a)
                   for x, a, d in zip(scans, axes, directions)]
         yield dict(zip(names, states + slices)), advance
+
+
+def _status(diff):
+    return ("agrees: " if diff.ok else "differs: ") + str(diff)
 
 
 def _host(model, value):
