@@ -272,7 +272,17 @@ def test_a_failing_op_is_named(monkeypatch):
                                                   for d in registry._REGISTRY[key]])
     found = debug.first_divergence(elementwise(), {"x": np.ones((2, 3), np.float32)}).divergence
     assert found.node == "mul" and "Transmuter fails here" in found.note
-    assert "planted failure" in found.note
+    assert "planted failure" in found.note and "onnxruntime fails" not in found.note
+
+
+def test_inputs_that_fail_both_say_so():
+    """A Reshape to a size the input does not have: onnxruntime fails there too."""
+    proto = model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+                  [tensor("x", [None]), tensor("shape", [1], T.INT64)], [tensor("y", None)])
+    found = debug.first_divergence(proto, {"x": np.ones(4, np.float32),
+                                           "shape": np.array([5])}).divergence
+    assert found.node == "reshape" and "Transmuter fails here" in found.note
+    assert "onnxruntime fails on these inputs too" in found.note
 
 
 def test_cli_diff(monkeypatch, tmp_path, capsys):

@@ -114,7 +114,12 @@ class _Search:
             pass
         except OpError as e:  # Transmuter failed at the node after the last one run
             node = graph.nodes[self.last + 1]
-            self.found = self._divergence(node, {}, {}, note=f"Transmuter fails here: {e}")
+            note = f"Transmuter fails here: {e}"
+            try:
+                self.ref.values(node.outputs, self.feeds)
+            except TransmuterError as theirs:  # not ours alone: the inputs do not fit the graph
+                note += f"\n  onnxruntime fails on these inputs too: {theirs}"
+            self.found = self._divergence(node, {}, {}, note=note)
         agreed = sum(d.ok for d in self.seen.values())
         return Report(self.found, agreed, self.rtol, self.atol, self.noise, self.ref.missing,
                       self.where)

@@ -83,7 +83,11 @@ class Reference:
         if not names:
             return {}
         feeds = {k: v for k, v in feeds.items() if k in self.input_names}
-        return dict(zip(names, self.session.run(names, feeds)))
+        try:
+            return dict(zip(names, self.session.run(names, feeds)))
+        except Exception as e:  # noqa: BLE001  onnxruntime's errors share no base but Exception
+            raise TransmuterError(f"onnxruntime fails on these inputs, so there is no reference "
+                                  f"to compare with: {e}") from None
 
 
 def _session(ort, proto, options):
