@@ -74,11 +74,11 @@ class Report:
             ops = ", ".join(f"{op} {name!r}" if name else op for op, name in self.missing[:8])
             out.append(f"{head}onnxruntime has no kernel for {ops}: those nodes and the ones "
                        "reading their values are not compared")
-        values = f"{self.compared} value{'' if self.compared == 1 else 's'}"
+        values = "1 value agrees" if self.compared == 1 else f"{self.compared} values agree"
         if self.divergence is None:
-            out.append(f"{head}no divergence: {values} agree within {tolerance}")
+            out.append(f"{head}no divergence: {values} within {tolerance}")
         else:
-            out.append(f"{head}{values} agree within {tolerance}, then:")
+            out.append(f"{head}{values} within {tolerance}, then:")
             out += self.divergence.lines()
         return out
 
