@@ -98,7 +98,7 @@ def test_a_case_that_differs_or_fails_says_so(fake_hub, tmp_path, capsys, monkey
     from onnx import TensorProto, helper, numpy_helper
     from transmuter.debug.reference import outputs
 
-    from .test_debug import plant
+    from .planted import plant
     w = numpy_helper.from_array(np.full(4, 2.0, np.float32), "W")
     proto = helper.make_model(helper.make_graph(
         [helper.make_node("Add", ["X", "W"], ["Y"])], "tiny",

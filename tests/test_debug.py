@@ -2,8 +2,6 @@
 implementation replaced by a mutated one for the test) and the search must name its node; with
 the true ops the same graphs report no divergence. The reference is onnxruntime throughout."""
 
-import dataclasses
-
 import numpy as np
 import onnx
 import pytest
@@ -11,28 +9,13 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 from transmuter import cli, debug
 from transmuter.debug import reference
-from transmuter.ops import registry
 
 from .fixtures import ROOT
+from .planted import plant, replace_op
 
 BACKENDS = ["jax", "mlx"]
 RNG = np.random.default_rng(0)
 F = T.FLOAT
-
-
-def plant(monkeypatch, op_type, domain="", change=lambda y: y * 1.5 + 0.25):
-    """Every version of ``op_type`` returns ``change`` of its true output (its first output,
-    when it has several)."""
-    key = (domain, op_type)
-
-    def mutated(fn):
-        def wrong(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            return (change(out[0]),) + tuple(out[1:]) if isinstance(out, tuple) else change(out)
-        return wrong
-
-    monkeypatch.setitem(registry._REGISTRY, key, [dataclasses.replace(d, fn=mutated(d.fn))
-                                                  for d in registry._REGISTRY[key]])
 
 
 def model(nodes, inputs, outputs, inits=(), opset=17, domains=()):
@@ -266,9 +249,7 @@ def test_an_eager_walk_holds_only_live_values():
 def test_a_failing_op_is_named(monkeypatch):
     def fails(xp, *args, **kwargs):
         raise RuntimeError("planted failure")
-    key = ("", "Mul")
-    monkeypatch.setitem(registry._REGISTRY, key, [dataclasses.replace(d, fn=fails)
-                                                  for d in registry._REGISTRY[key]])
+    replace_op(monkeypatch, "Mul", lambda fn: fails)
     found = debug.first_divergence(elementwise(), {"x": np.ones((2, 3), np.float32)}).divergence
     assert found.node == "mul" and "Transmuter fails here" in found.note
     assert "planted failure" in found.note and "onnxruntime fails" not in found.note
