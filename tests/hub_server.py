@@ -77,13 +77,15 @@ class FakeHub:
         self.ports = (0, 0)
 
     # --- content ---
-    def add(self, repo_id, files, *, revision="main", gated=False, private=False) -> str:
-        """Serve ``files`` ({path: bytes}) as ``revision`` of ``repo_id``; return its commit."""
+    def add(self, repo_id, files, *, revision="main", gated=False, private=False,
+            pipeline_tag=None) -> str:
+        """Serve ``files`` ({path: bytes}) as ``revision`` of ``repo_id``; return its commit.
+        ``pipeline_tag``: the task the model info names (the Hub's, from the model card)."""
         files = {p: (d.encode() if isinstance(d, str) else d) for p, d in files.items()}
         digest = hashlib.sha1(repr(sorted((p, git_sha1(d)) for p, d in files.items())).encode())
         commit = digest.hexdigest()
         repo = self.repos.setdefault(repo_id, {"refs": {}, "commits": {}})
-        repo.update(gated=gated, private=private)
+        repo.update(gated=gated, private=private, pipeline_tag=pipeline_tag)
         repo["refs"][revision] = commit
         repo["commits"][commit] = files
         for data in files.values():
@@ -279,6 +281,8 @@ class _HubHandler(_Handler):
         info = {"id": repo_id, "modelId": repo_id, "sha": commit, "private": repo["private"],
                 "gated": "auto" if repo["gated"] else False,
                 "siblings": [{"rfilename": p} for p in sorted(files)]}
+        if repo.get("pipeline_tag"):
+            info["pipeline_tag"] = repo["pipeline_tag"]
         self.send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
 
     def resolve(self, repo_id, revision, path, head, fault=None):
