@@ -66,7 +66,8 @@ def choose_variant(files, component="model", *, variant=None, config=None, task_
                        kv_cache_dtype(js_config, dtype))
 
     explicit = _for_component(variant, component)
-    if explicit is not None and explicit != "auto":  # "auto": as if none were named (transformers.js)
+    # "auto" (transformers.js): as if none were named
+    if explicit is not None and explicit != "auto":
         chosen = pick(normalize_dtype(explicit))
         if chosen.path not in files:
             raise missing_file_error(name, chosen.path, files)

@@ -33,7 +33,8 @@ def translate(options):
     kwargs = options.pop("model_kwargs", None)
     if kwargs is not None:
         if not isinstance(kwargs, dict):
-            raise PipelineError(f"model_kwargs must be a dict of loading options, got {kwargs!r:.80}")
+            raise PipelineError(f"model_kwargs must be a dict of loading options, got "
+                                f"{kwargs!r:.80}")
         unknown = sorted(set(kwargs) - set(LOADING))
         if unknown:
             raise PipelineError(f"model_kwargs holds {unknown}, which are no loading options here; "
