@@ -142,3 +142,26 @@ def test_show_progress_bar(embed, capsys):
     assert "text-embedding" in capsys.readouterr().err
     embed(["a", "b"], show_progress_bar=False)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("call, options", [(0, {"pooling": "mean", "normalize": True}),
+                                           (1, {"pooling": "cls"}),
+                                           (1, {"pooling": "first_token"})])
+def test_feature_extraction_pools_as_transformers_js(call, options):
+    """transformers.js' feature-extraction call options (pooling, normalize) against
+    sentence-transformers' encode on the same fixture (mean + Normalize, and CLS unnormalized,
+    recorded by tests/support/families_pipelines.py); [1, d] per input, as transformers.js'
+    Tensor for one text."""
+    folder = FIXTURE.parent / "bert-sentence-transformers"
+    record = json.loads((folder / "references" / "pipeline_text-embedding.json").read_text())
+    record = record["calls"][call]
+    pipe = transmuter.pipeline("feature-extraction", folder)
+    got = np.array([pipe(x, return_tensors=True, **options)[0] for x in record["inputs"]])
+    np.testing.assert_allclose(got, np.array(record["outputs"]), rtol=0, atol=FLOAT_TOL)
+    bits = pipe(record["inputs"][0], quantize=True, precision="ubinary", return_tensors=True,
+                **options)  # the signs of the reference, 8 to a byte (none lies near 0 here)
+    np.testing.assert_array_equal(bits, np.packbits(np.array(record["outputs"][:1]) > 0, axis=-1))
+    with pytest.raises(PipelineError, match=r"normalize= and quantize= apply to pooled vectors"):
+        pipe("x", normalize=True)
+    with pytest.raises(PipelineError, match=r"quantize=True takes precision='binary' or"):
+        pipe("x", pooling="mean", quantize=True, precision="int8")

@@ -45,23 +45,45 @@ _ALIASES = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max",
 
 
 class FeatureExtractionPipeline(TextPipeline):
-    """transformers' FeatureExtractionPipeline: the first output (last_hidden_state) per token."""
+    """transformers' FeatureExtractionPipeline: the first output (last_hidden_state) per token;
+    transformers.js' call options pool it: ``pooling`` ("none", "mean", "cls" / "first_token",
+    "last_token" / "eos", or a sentence-transformers mode), ``normalize``, ``quantize`` with
+    ``precision`` ("binary", "ubinary"): then [1, d] per input."""
 
     task = "feature-extraction"
 
-    def _sanitize_parameters(self, return_tensors=False, **unknown):
+    def _sanitize_parameters(self, return_tensors=False, pooling=None, normalize=False,
+                             quantize=False, precision="binary", **unknown):
         super()._sanitize_parameters(**unknown)
-        return {}, {}, {"return_tensors": return_tensors}
+        modes = None if pooling in (None, "none") else \
+            _pooling_modes(_JS_POOLING.get(pooling, pooling))
+        if (normalize or quantize) and modes is None:
+            raise PipelineError("normalize= and quantize= apply to pooled vectors: give pooling= "
+                                "('mean', 'cls', 'last_token', ...) too")
+        if quantize and precision not in ("binary", "ubinary"):
+            raise PipelineError(f"quantize=True takes precision='binary' or 'ubinary' (as "
+                                f"transformers.js), got {precision!r}")
+        return {}, {}, {"return_tensors": return_tensors, "modes": modes, "normalize": normalize,
+                        "precision": precision if quantize else None}
 
     def preprocess(self, text):
         yield {"encoding": self.tokenizer.encode(check_text(text, "text"),
                                                  max_length=self.sequence_lengths[-1])}
 
-    def postprocess(self, outputs, return_tensors=False):
+    def postprocess(self, outputs, return_tensors=False, modes=None, normalize=False,
+                    precision=None):
         out = outputs[0]
         hidden = self.output(out, "last_hidden_state", "token_embeddings")
         hidden = hidden[:len(out["encoding"].ids)][None]
+        if modes is not None:  # the input's own tokens: every one attended
+            hidden = pool(hidden, np.ones(hidden.shape[:2], np.int64), modes)
+            hidden = st_modules.normalize(hidden) if normalize else hidden
+            hidden = st_modules.quantize(hidden, precision) if precision else hidden
         return hidden if return_tensors else hidden.tolist()
+
+
+# transformers.js FeatureExtractionPipeline's pooling names -> sentence-transformers' modes
+_JS_POOLING = {"first_token": "cls", "last_token": "lasttoken", "eos": "lasttoken"}
 
 
 class TextEmbeddingPipeline(TextPipeline):
