@@ -12,8 +12,9 @@ Inputs, as the pipelines take them (transformers' `automatic_speech_recognition.
   Integer PCM arrays (int8, uint8, int16, int32) are scaled to [-1, 1] as soundfile scales them.
 - a dict `{"raw" | "array": samples, "sampling_rate": sr}` ("raw" first; other keys such as
   datasets' "path" or ASR's "stride" are ignored here), resampled when sr differs.
-- a path (str or os.PathLike) or the bytes of an encoded file: decoded with soundfile (WAV, FLAC,
-  OGG, MP3), else with `ffmpeg` when it is on PATH (M4A, WebM, ...).
+- a path (str or os.PathLike), an http(s) URL (preprocess/url.py) or the bytes of an encoded
+  file: decoded with soundfile (WAV, FLAC, OGG, MP3), else with `ffmpeg` when it is on PATH (M4A,
+  WebM, ...).
 
 Decoding differs from transformers on purpose in two ways. transformers hands a file to
 `ffmpeg -ac 1 -ar <rate>`; here a file is decoded at its own rate and resampled by `resample`, so a
@@ -36,6 +37,7 @@ import numpy as np
 import soundfile
 
 from ...errors import InputError
+from .. import url
 
 # torchaudio.functional.resample's defaults (resampling_method="sinc_interp_hann").
 _LOWPASS_FILTER_WIDTH = 6
@@ -196,9 +198,9 @@ def _from_path(source):
     path = os.fspath(source)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    if path.startswith(("http://", "https://")):
-        raise InputError(f"Cannot read audio from the URL {path!r}: Transmuter fetches nothing "
-                         "from the network; download the file first and give its path")
+    if url.is_url(path):  # as transformers' audio pipelines: fetched (preprocess/url.py)
+        samples, rate = _decode(url.fetch(path, "audio file"), repr(path))
+        return samples, rate, repr(path)
     if os.path.isdir(path):
         raise InputError(f"{path!r} is a folder, not an audio file: give its files, one input "
                          "each (a list or an iterable)")
