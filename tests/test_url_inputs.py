@@ -144,3 +144,60 @@ def test_a_stalled_server_times_out(server, monkeypatch):
                                          r"HF_HUB_DOWNLOAD_TIMEOUT"):
         load_image(f"{server.url}/stall/cat.png")
     assert time.monotonic() - start < 2.5  # the 3 s stall was not waited out
+
+
+# --- datasets' inputs: KeyDataset, Audio dicts, torchcodec decoders -----------------------------
+
+class KeyDataset:
+    """transformers.pipelines.pt_utils.KeyDataset: a torch Dataset (items by index, a length,
+    no __iter__) over one column of a datasets.Dataset."""
+
+    def __init__(self, rows, key):
+        self.rows, self.key = rows, key
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i][self.key]
+
+
+class AudioDecoder:
+    """torchcodec.decoders.AudioDecoder as datasets >= 4 yields it: get_all_samples() gives
+    .data (channels, samples) and .sample_rate."""
+
+    def __init__(self, data, rate):
+        self.data, self.rate = data, rate
+
+    def get_all_samples(self):
+        from types import SimpleNamespace
+        return SimpleNamespace(data=self.data, sample_rate=self.rate)
+
+
+def test_datasets_inputs(tmp_path):
+    tone = load_audio(wav())  # 16 kHz mono, the wav2vec2 fixture's rate
+    (tmp_path / "tone.wav").write_bytes(wav())
+    audio = transmuter.pipeline("audio-classification", FIXTURES / "wav2vec2-classifier")
+    want = audio([tone] * 4)  # one batch of the same samples: equal to the last bit
+    rows = [{"audio": {"array": tone, "sampling_rate": 16000, "path": "tone.wav"}, "label": 0},
+            {"audio": {"bytes": wav(), "path": None}, "label": 1},      # Audio(decode=False)
+            {"audio": {"bytes": None, "path": str(tmp_path / "tone.wav")}, "label": 2},
+            {"audio": AudioDecoder(tone[None], 16000), "label": 3}]
+    results = audio(KeyDataset(rows, "audio"))
+    assert not isinstance(results, list)  # lazy, as any iterable
+    assert list(results) == want
+    assert audio(AudioDecoder(tone[None], 16000)) == audio(tone)  # one decoder is one input
+    with pytest.raises(InputError, match=r"'sampling_rate' key .*\(or, undecoded as datasets "
+                                         r"keeps it, 'bytes' or 'path'\)"):
+        audio({"bytes": None, "path": None})
+    text = transmuter.pipeline("text-classification", FIXTURES / "bert-sequence-classification")
+    column = KeyDataset([{"text": "a first text"}, {"text": "another"}], "text")
+    assert list(text(column)) == text(["a first text", "another"])
+
+
+def test_a_real_datasets_column():
+    datasets = pytest.importorskip("datasets")
+    rows = datasets.Dataset.from_dict({"text": ["a first text", "another", "a third one"]})
+    text = transmuter.pipeline("text-classification", FIXTURES / "bert-sequence-classification")
+    assert list(text(KeyDataset(rows, "text"))) == text(list(rows["text"]))
+    assert list(text(rows["text"])) == text(list(rows["text"]))
