@@ -107,6 +107,20 @@ def test_device_errors(options, message):
         transmuter.pipeline("text-classification", CLASSIFIER, **options)
 
 
+def test_device_map_and_torch_dtype():
+    """transformers' device_map (one device: "auto", "cpu", "cuda", ...) and torch_dtype (the
+    older name of dtype) read as device= and dtype=."""
+    pipe = transmuter.pipeline("text-classification", CLASSIFIER, device_map="auto",
+                               torch_dtype="auto")
+    assert chosen(pipe) == "onnx/model.onnx" and pipe.model.backend.name == "jax"
+    assert chosen(transmuter.pipeline("text-classification", CLASSIFIER, device_map="cpu",
+                                      torch_dtype="q8")) == "onnx/model_quantized.onnx"
+    with pytest.raises(PipelineError, match=r"device_map as a dict places modules"):
+        transmuter.pipeline("text-classification", CLASSIFIER, device_map={"": 0})
+    with pytest.raises(PipelineError, match=r"device= or device_map=, not both"):
+        transmuter.pipeline("text-classification", CLASSIFIER, device_map="cpu", device="cpu")
+
+
 def test_device_and_devices_given_twice():
     import jax
 

@@ -2,8 +2,10 @@
 ``pipeline()``'s: each peer name is an accepted alias of one documented name here.
 
     dtype="q4" | {"encoder_model": "fp32", ...} | "auto"   -> variant=   (transformers.js dtype)
+    torch_dtype=                                           -> the same (transformers' old name)
     device="cpu" | "gpu" | "cuda[:i]" | i | jax.Device    -> devices=  (one device, JAX)
     device="mps"                                           -> backend="mlx" (Apple silicon)
+    device_map="auto" | "cuda" | ...                       -> as device= (one device)
     model_kwargs={...}                                     -> the loading options it holds
 
 ``model_file_name`` and ``subfolder`` (transformers.js) and ``revision``, ``token`` keep their
@@ -21,7 +23,7 @@ _TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "float": 
 _BROWSER_DEVICES = {"webgpu", "wasm", "webnn", "webnn-npu", "webnn-gpu", "webnn-cpu", "dml"}
 # what model_kwargs may hold: pipeline()'s loading options and their peer names (transformers'
 # pipeline passes model_kwargs to from_pretrained, i.e. to loading)
-LOADING = ("variant", "dtype", "backend", "compute_type", "devices", "device", "revision",
+LOADING = ("variant", "dtype", "torch_dtype", "device_map", "backend", "compute_type", "devices", "device", "revision",
            "cache_dir", "local_files_only", "token", "checks", "compile_cache", "trainable",
            "subfolder", "model_file_name")
 
@@ -40,8 +42,19 @@ def translate(options):
             raise PipelineError(f"model_kwargs holds {unknown}, which are no loading options here; "
                                 f"it takes: {', '.join(LOADING)}")
         _merge(options, kwargs, "model_kwargs")
-    if "dtype" in options:
-        _merge(options, {"variant": variant_of(options.pop("dtype"))}, "dtype", "variant")
+    for name in ("dtype", "torch_dtype"):
+        if name in options:
+            _merge(options, {"variant": variant_of(options.pop(name))}, name, "variant")
+    if "device_map" in options:
+        device_map = options.pop("device_map")
+        if isinstance(device_map, dict):
+            raise PipelineError("device_map as a dict places modules on devices (accelerate); "
+                                "Transmuter places the whole graph on one device (device=) or "
+                                "splits each batch over several (devices=)")
+        if options.get("device") is not None and device_map is not None:
+            raise PipelineError("Give device= or device_map=, not both (transformers refuses "
+                                "both too)")
+        options["device"] = device_map
     if "device" in options:
         backend, devices = placement_of(options.pop("device"), options.get("backend"))
         found = {"backend": backend} if backend else {}
