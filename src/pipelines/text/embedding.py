@@ -16,9 +16,10 @@ from the ``base_model`` its model card names (Xenova's ONNX repos lack them). De
 with NumPy over their weights (st_modules.py), in modules.json's order. ``pooling=`` and
 ``normalize=`` override them, at construction or per call (``normalize=`` drops a Normalize
 module or adds one at the end, after ``truncate_dim``); a module we do not run (LayerNorm, ...)
-is an error unless both are given at construction. Call options follow ``encode``: ``prompt_name``,
-``prompt``, ``truncate_dim``, ``precision``, ``normalize_embeddings`` (= ``normalize``),
-``convert_to_numpy`` (False: a list of vectors), ``show_progress_bar`` (= ``progress``).
+is an error unless both are given at construction. Call options follow ``encode``:
+``prompt_name``, ``prompt``, ``truncate_dim``, ``precision``, ``normalize_embeddings``
+(= ``normalize``), ``convert_to_numpy`` (False: a list of vectors), ``show_progress_bar``
+(= ``progress``).
 """
 
 import logging
@@ -221,7 +222,8 @@ class TextEmbeddingPipeline(TextPipeline):
         feed = self._feed(chunks)
         out = self._run_model(feed)
         hidden = self.output(out, "last_hidden_state", "token_embeddings")
-        mask = _without_prompts(feed["attention_mask"], [c.get("prompt_length", 0) for c in chunks])
+        lengths = [c.get("prompt_length", 0) for c in chunks]
+        mask = _without_prompts(feed["attention_mask"], lengths)
         embeddings = pool(hidden, mask, self.modes if modes is None else modes)
         for module in self.head if head is None else head:
             embeddings = module(embeddings)
@@ -272,7 +274,8 @@ def _prompts(settings, prompts, default_name):
             raise PipelineError(f"prompts must be a dict of name -> prompt text, got "
                                 f"{prompts!r:.80}")
         found.update(prompts)
-    default_name = default_name if default_name is not None else settings.get("default_prompt_name")
+    if default_name is None:
+        default_name = settings.get("default_prompt_name")
     if default_name is not None and default_name not in found:
         raise PipelineError(f"default_prompt_name {default_name!r} is not one of the prompts: "
                             f"{sorted(found)}")

@@ -29,9 +29,10 @@ _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, PIL.Image.Decompre
 
 def load_image(image):
     """An RGB `PIL.Image.Image` from `image`: a PIL image, a path (str or pathlib), an http(s)
-    URL, the bytes of an encoded file, a base64 / `data:image/...` string, or a NumPy array (HWC, HW or CHW; uint8, or
-    floats in [0, 1] or with integer values in [0, 255], read as transformers' `to_pil_image`
-    reads them). Anything else, or a file Pillow cannot decode, raises `InputError` naming it."""
+    URL, the bytes of an encoded file, a base64 / `data:image/...` string, or a NumPy array
+    (HWC, HW or CHW; uint8, or floats in [0, 1] or with integer values in [0, 255], read as
+    transformers' `to_pil_image` reads them). Anything else, or a file Pillow cannot decode,
+    raises `InputError` naming it."""
     if isinstance(image, PIL.Image.Image):
         pil, what = image, f"the PIL image ({image.mode}, {image.width}x{image.height})"
     elif isinstance(image, (bytes, bytearray, memoryview)):
