@@ -1,6 +1,6 @@
 """OpenAI-style embeddings and chat-completions endpoints over pipeline.serve().
 
-    pip install "transmuter[serve]"                  # starlette + uvicorn
+    pip install -e ".[serve]"                  # starlette + uvicorn
     python examples/serve.py [--model MODEL] [--chat-model CHAT] [--host 127.0.0.1]
                              [--port 8000] [--batch-size 32] [--batch-timeout-ms 5] [--rows 8]
 

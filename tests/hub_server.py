@@ -289,6 +289,8 @@ class _HubHandler(_Handler):
         info = {"id": repo_id, "modelId": repo_id, "sha": commit, "private": repo["private"],
                 "gated": "auto" if repo["gated"] else False,
                 "siblings": [{"rfilename": p} for p in sorted(files)]}
+        if repo.get("pipeline_tag"):
+            info["pipeline_tag"] = repo["pipeline_tag"]
         self.send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
 
     def list_models(self, query, head):

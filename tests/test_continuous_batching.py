@@ -259,7 +259,7 @@ def test_mlx_rows_equal_alone():
 
 @pytest.fixture(scope="module")
 def chat_app():
-    pytest.importorskip("starlette", reason="the serve extra: pip install 'transmuter[serve]'")
+    pytest.importorskip("starlette", reason="the serve extra: pip install -e '.[serve]'")
     pytest.importorskip("httpx")
     return example("serve").make_app(None, "fixture", chat=pipe("llama-gqa"), rows=2)
 

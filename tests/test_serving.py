@@ -288,7 +288,7 @@ def test_bad_options_and_generating_tasks_are_refused(pipes):
 
 @pytest.fixture(scope="module")
 def app(pipes):
-    pytest.importorskip("starlette", reason="the serve extra: pip install 'transmuter[serve]'")
+    pytest.importorskip("starlette", reason="the serve extra: pip install -e '.[serve]'")
     pytest.importorskip("httpx", reason="starlette's TestClient needs httpx")
     return example("serve").make_app(pipes("text-embedding"), "fixture", batch_timeout_ms=20)
 

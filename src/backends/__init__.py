@@ -19,6 +19,6 @@ def get(name: str):
     try:
         module = importlib.import_module(f"{__name__}.{name}")
     except ImportError as e:
-        extra = " (pip install 'transmuter[mlx]')" if name == "mlx" else ""
+        extra = " (pip install 'mlx[cpu]' on Linux, or mlx on macOS)" if name == "mlx" else ""
         raise ImportError(f"Backend {name!r} is not available: {e}{extra}") from e
     return module.BACKEND

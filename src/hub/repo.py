@@ -38,6 +38,7 @@ class Repo:
 
     name, label = "repo", "repo"  # label: the name as errors show it
     _scan_onnx = False  # read small .onnx files to fetch the external data they reference
+    pipeline_tag = None  # the task the Hub's model info names (HubRepo, when online)
 
     def files(self) -> list[str]:
         return self._files
@@ -230,6 +231,7 @@ class HubRepo(Repo):
                            "HF_ENDPOINT points at a Hugging Face Hub.")
         if info.sha and info.sha != self.revision:
             self._write_ref(info.sha)
+        self.pipeline_tag = info.pipeline_tag  # pipeline(model=...) without a task reads it
         return info.sha or self.revision, _listing(info.siblings or [], self.name)
 
     def _write_ref(self, commit):

@@ -66,7 +66,8 @@ def choose_variant(files, component="model", *, variant=None, config=None, task_
                        kv_cache_dtype(js_config, dtype))
 
     explicit = _for_component(variant, component)
-    if explicit is not None:
+    # "auto" (transformers.js): as if none were named
+    if explicit is not None and explicit != "auto":
         chosen = pick(normalize_dtype(explicit))
         if chosen.path not in files:
             raise missing_file_error(name, chosen.path, files)
@@ -110,7 +111,10 @@ def missing_file_error(name, path, files) -> HubError:
     has = ("its ONNX files are:\n" + "\n".join(f"  - {f}" for f in onnx)) if onnx else \
         "it has no ONNX files at all"
     return HubError(f"{name} has no file {path!r}; {has}\n"
-                    "Pass one of them as file=..., or choose an available variant=...")
+                    "Choose one: pipeline(..., variant=...) (transformers.js' dtype=) picks "
+                    "the precision ('fp32', 'fp16', 'q8', 'q4', ...), model_file_name=... (and "
+                    "subfolder=...) another graph name; transmuter.load(repo, file=...) takes a "
+                    "path in the repo")
 
 
 def _for_component(value, component):

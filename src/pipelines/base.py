@@ -104,6 +104,10 @@ class Pipeline:
                                       self.list_lookahead_batches))
         if hasattr(inputs, "__iter__") and not isinstance(inputs, (bytes, np.ndarray)):
             return self._iterate(inputs, params, batch_size, progress, keep_going)
+        if hasattr(inputs, "__getitem__") and hasattr(inputs, "__len__"):
+            # a torch-style Dataset (transformers' KeyDataset over a datasets column): no
+            # __iter__, items by index
+            return self._iterate(_Indexed(inputs), params, batch_size, progress, keep_going)
         raise PipelineError(f"{self.task} takes {self._input_kind()}, a list of them, or an "
                             f"iterable of them; got {type(inputs).__name__}: {inputs!r:.80}")
 
@@ -300,6 +304,20 @@ def generation_options(generate_kwargs, max_new_tokens, options):
 
 
 ON_ERROR = ("raise", "return")
+
+
+class _Indexed:
+    """Iterates ``items[0]``, ``items[1]``, ... ``items[len - 1]``; has their length (for the
+    progress bar)."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        return (self.items[i] for i in range(len(self.items)))
 
 
 def _ran(chunks):

@@ -5,26 +5,27 @@ from .. import hub
 from ..engine.model import Model
 from ..errors import PipelineError
 from ..hub.load import load
-from . import registry
+from . import peer_options, registry, task_inference
 
 # The featurizers' modules are imported when a pipeline first needs one, as the registry imports
 # a task's module: importing transmuter loads no tokenizer, PIL or image processor family.
 
 
-def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_extractor=None,
-             config=None,
-             backend="jax", compute_type=None, variant=None, revision=None, cache_dir=None,
-             local_files_only=False, token=None, checks=True, compile_cache=None, devices=None,
-             trainable=False, **options):
+def pipeline(task=None, model=None, **options):
     """A ``Pipeline`` for ``task`` (transformers' names and aliases, plus ``text-embedding``,
     ``text-ranking``).
 
     ``model`` is a Hub id ("org/name"), a local folder laid out like one, or a ``transmuter.Model``
     loaded by hand (then give ``config=`` and the task's featurizers, or a repo as ``config=``).
+    Without ``model``, the task's default model of transformers.js (task_inference.py); without
+    ``task``, the task the repo's pipeline_tag, else its config.json's architectures, names.
     ``tokenizer`` may be a ``transmuter`` Tokenizer, a ``tokenizers.Tokenizer``, or a repo/folder;
     ``image_processor`` a ``transmuter`` ImageProcessor, a preprocessor_config dict, or a
     repo/folder; ``feature_extractor`` (audio) a ``transmuter`` FeatureExtractor, a
-    preprocessor_config dict, or a repo/folder. ``variant`` picks the ONNX file ("fp32", "fp16", "q8", "q4", ...);
+    preprocessor_config dict, or a repo/folder. ``variant`` picks the ONNX file ("fp32", "fp16",
+    "q8", "q4", ..., "auto", or a dict of them per component); ``model_file_name`` (the graph's
+    name without its suffix, default the task's) and ``subfolder`` (default "onnx") pick another
+    graph of encoder-only or decoder-only models, as transformers.js does;
     ``revision``, ``cache_dir``, ``local_files_only`` and ``token`` reach the Hub; ``backend``
     ("jax", "mlx"), ``compute_type`` and ``checks`` reach ``transmuter.load``: ``checks=True``
     refuses a tokenizer whose ids run past the model's embedding table (here, at load) and
@@ -33,15 +34,36 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     ``compile_cache`` too (a folder, or False: JAX's persistent
     compilation cache, docs/compile-cache.md); ``devices`` too (JAX: ``jax.devices()`` or a
     ``jax.sharding.Mesh``; each batch of ``batch_size`` rows is split over them, docs/scaling.md;
-    a model loaded by hand takes its own ``load(devices=)``). Other options
+    a model loaded by hand takes its own ``load(devices=)``). The peers' names are accepted
+    aliases (peer_options.py): ``dtype`` for ``variant`` (transformers.js), ``device`` for
+    ``devices``/``backend`` ("cpu", "gpu"/"cuda", "cuda:1", an int, a jax.Device; "mps": MLX),
+    ``model_kwargs`` (a dict of the loading options above). Other options
     (``batch_size``, ``sequence_length``, ``progress`` and the task's own, e.g. ``top_k``) go to
     the pipeline. A task whose model families run apart (registry.FAMILIES) gets the class of the
     model's family, by config.json's ``model_type``.
     """
-    cls = registry.get(task)
+    options = peer_options.translate(options)
     if model is None:
-        raise PipelineError(f"pipeline({task!r}) needs a model: a Hub id like 'org/name', a local "
-                            "folder, or a transmuter.Model (Transmuter has no default models)")
+        if task is None:
+            raise PipelineError("pipeline() needs a task, a model, or both")
+        model, dtype = task_inference.default_model(task)
+        if options.get("variant") is None:
+            options["variant"] = dtype
+    if task is None:
+        if isinstance(model, Model):
+            raise PipelineError("A model loaded by hand says no task: give pipeline(task, model)")
+        where = {k: options.get(k) for k in ("revision", "cache_dir", "token")}
+        model = hub.resolve(model, local_files_only=options.get("local_files_only", False),
+                            **where)  # resolved once: _pipeline takes the Repo as it is
+        task = task_inference.infer_task(model)
+    return _pipeline(task, model, **options)
+
+
+def _pipeline(task, model, *, tokenizer=None, image_processor=None, feature_extractor=None,
+              config=None, backend="jax", compute_type=None, variant=None, revision=None,
+              cache_dir=None, local_files_only=False, token=None, checks=True, compile_cache=None,
+              devices=None, trainable=False, subfolder="onnx", model_file_name=None, **options):
+    cls = registry.get(task)
     where = dict(revision=revision, cache_dir=cache_dir, local_files_only=local_files_only,
                  token=token)
     repo = None
@@ -58,7 +80,9 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
         # family its own (the repo's config.json says which)
         reads = registry.get(task, repo.config().get("model_type"))
         component = reads.onnx_component(repo) if hasattr(reads, "onnx_component") else "model"
-        model = load(repo.onnx_file(component, variant), backend=backend,
+        if model_file_name is not None or subfolder != "onnx":
+            component = _one_graph(reads, model_file_name or component)
+        model = load(repo.onnx_file(component, variant, subfolder=subfolder), backend=backend,
                      compute_type=compute_type, checks=checks, compile_cache=compile_cache,
                      devices=devices, trainable=trainable)
     if repo is not None and not isinstance(config, dict):
@@ -79,6 +103,19 @@ def pipeline(task, model=None, *, tokenizer=None, image_processor=None, feature_
     if getattr(cls, "encoder_component", None) and variant is not None:
         options.setdefault("encoder_variant", variant)  # the encoder takes the decoder's variant
     return cls(model, config, repo=repo, **featurizers, **options)
+
+
+def _one_graph(cls, component):
+    """``component``, where ``cls`` runs one graph: transformers.js takes model_file_name= and
+    subfolder= for encoder-only and decoder-only models; a task that loads other graphs beside
+    the first (an encoder, a text half, a vocoder) finds them by their own names."""
+    several = getattr(cls, "encoder_component", None) or (
+        hasattr(cls, "onnx_component") and cls.task != "text-generation")
+    if several:
+        raise PipelineError(f"model_file_name= and subfolder= pick the one graph of an encoder-"
+                            f"only or decoder-only model; {cls.task} loads several graphs by their "
+                            "names (variant= still picks their precision)")
+    return component
 
 
 def _tokenizer(tokenizer, repo, where):

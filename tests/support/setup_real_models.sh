@@ -14,7 +14,9 @@ export TRANSMUTER_TEST_CACHE="${TRANSMUTER_TEST_CACHE:-$HOME/.cache/transmuter-t
 VENV="${TRANSMUTER_EXPORT_VENV:-$TRANSMUTER_TEST_CACHE/venv-export}"
 PYTHON="${PYTHON:-python3}"
 
-if [ -z "${FORCE:-}" ] && "$PYTHON" "$HERE/real_minilm.py" --check; then
+# sentence-transformers' encode options on the same model (tests/test_embedding_encode.py)
+ST_ENCODE="$TRANSMUTER_TEST_CACHE/all-MiniLM-L6-v2/references/sentence_transformers_encode.npz"
+if [ -z "${FORCE:-}" ] && "$PYTHON" "$HERE/real_minilm.py" --check && [ -f "$ST_ENCODE" ]; then
     echo "real models: $TRANSMUTER_TEST_CACHE/all-MiniLM-L6-v2 is complete"
     exit 0
 fi
@@ -33,3 +35,4 @@ if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQS" "$STAMP"; then
 fi
 
 "$VENV/bin/python" "$HERE/real_minilm.py" ${FORCE:+--force}
+"$VENV/bin/python" "$HERE/record_st_encode.py" minilm

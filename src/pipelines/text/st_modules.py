@@ -82,3 +82,25 @@ def load_dense(repo, path):
         raise PipelineError(f"{name}: config.json says bias, the weights hold no linear.bias")
     as32 = (lambda a: None if a is None else a.astype(np.float32))
     return Dense(as32(weight), as32(bias), kind.rsplit(".", 1)[-1], name, path)
+
+
+# sentence-transformers' encode(precision=...) values
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+
+
+def quantize(embeddings, precision):
+    """``embeddings`` [n, d] (float) at ``precision``, as sentence_transformers'
+    quantize_embeddings computes it without given ranges: int8/uint8 cut each dimension's range
+    over these n rows into 255 steps (a step of 0 counts as 1), int8 shifted by -128; binary and
+    ubinary pack the signs (> 0) 8 to a byte, binary shifted by -128 into int8."""
+    embeddings = np.asarray(embeddings)
+    if precision == "float32":
+        return embeddings.astype(np.float32, copy=False)
+    if precision in ("int8", "uint8"):
+        low, high = embeddings.min(axis=0), embeddings.max(axis=0)
+        steps = (high - low) / 255
+        steps = np.where(steps == 0, 1, steps)
+        buckets = np.clip(np.floor((embeddings - low) / steps), 0, 255)
+        return buckets.astype(np.uint8) if precision == "uint8" else (buckets - 128).astype(np.int8)
+    packed = np.packbits(embeddings > 0, axis=-1).reshape(embeddings.shape[0], -1)
+    return packed if precision == "ubinary" else (packed - 128).astype(np.int8)

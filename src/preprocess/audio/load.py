@@ -11,9 +11,13 @@ Inputs, as the pipelines take them (transformers' `automatic_speech_recognition.
 - a NumPy float array: samples taken at `sampling_rate` already, as transformers takes them.
   Integer PCM arrays (int8, uint8, int16, int32) are scaled to [-1, 1] as soundfile scales them.
 - a dict `{"raw" | "array": samples, "sampling_rate": sr}` ("raw" first; other keys such as
-  datasets' "path" or ASR's "stride" are ignored here), resampled when sr differs.
-- a path (str or os.PathLike) or the bytes of an encoded file: decoded with soundfile (WAV, FLAC,
-  OGG, MP3), else with `ffmpeg` when it is on PATH (M4A, WebM, ...).
+  datasets' "path" or ASR's "stride" are ignored here), resampled when sr differs; a datasets
+  Audio dict not decoded (`{"bytes": ..., "path": ...}`) is decoded from its bytes, else its path.
+- a torchcodec `AudioDecoder` (what a datasets >= 4 Audio column yields): its samples, as
+  transformers' audio pipelines read it.
+- a path (str or os.PathLike), an http(s) URL (preprocess/url.py) or the bytes of an encoded
+  file: decoded with soundfile (WAV, FLAC, OGG, MP3), else with `ffmpeg` when it is on PATH (M4A,
+  WebM, ...).
 
 Decoding differs from transformers on purpose in two ways. transformers hands a file to
 `ffmpeg -ac 1 -ar <rate>`; here a file is decoded at its own rate and resampled by `resample`, so a
@@ -36,6 +40,7 @@ import numpy as np
 import soundfile
 
 from ...errors import InputError
+from .. import url
 
 # torchaudio.functional.resample's defaults (resampling_method="sinc_interp_hann").
 _LOWPASS_FILTER_WIDTH = 6
@@ -59,7 +64,12 @@ def is_audio(x):
     if isinstance(x, (list, tuple)):
         return False
     return isinstance(x, (np.ndarray, dict, str, os.PathLike, bytes, bytearray, memoryview)) or (
-        hasattr(x, "__array__"))
+        hasattr(x, "__array__") or _is_decoder(x))
+
+
+def _is_decoder(x):
+    """A torchcodec AudioDecoder (what a datasets >= 4 Audio column yields), by its method."""
+    return callable(getattr(x, "get_all_samples", None))
 
 
 def load_audio(item, sampling_rate=16000, *, mix_channels=False):
@@ -70,6 +80,8 @@ def load_audio(item, sampling_rate=16000, *, mix_channels=False):
     samples) and averaged over the channels, as transformers' ASR pipeline does. Bad input
     raises `InputError` naming it."""
     sampling_rate = _check_rate(sampling_rate, "sampling_rate")
+    if _is_decoder(item):
+        item = _from_decoder(item)
     if isinstance(item, dict):
         samples, rate, what = _from_dict(item)
     elif isinstance(item, (str, os.PathLike)):
@@ -168,15 +180,38 @@ def _check_rate(rate, name):
     return int(rate)
 
 
+def _from_decoder(decoder):
+    """A torchcodec AudioDecoder as transformers' audio pipelines read one: all its samples
+    ((channels, samples), one channel squeezed) and their rate, as a dict."""
+    try:
+        decoded = decoder.get_all_samples()
+        data = decoded.data
+        data = data.numpy() if hasattr(data, "numpy") else np.asarray(data)
+    except Exception as e:  # noqa: BLE001 - the decoder's own failure, named
+        raise InputError(f"The audio decoder {type(decoder).__qualname__} could not decode its "
+                         f"samples: {e}") from None
+    data = data[0] if data.ndim == 2 and data.shape[0] == 1 else data
+    return {"array": data, "sampling_rate": decoded.sample_rate}
+
+
 def _from_dict(item):
-    """transformers' rule: "raw" if it is there (and not None), else "array"; "sampling_rate"."""
+    """transformers' rule: "raw" if it is there (and not None), else "array"; "sampling_rate".
+    A datasets Audio dict that was not decoded ({"bytes", "path"}) is decoded from its bytes,
+    else its path."""
     samples = item.get("raw")
     key = "raw"
     if samples is None:
         samples, key = item.get("array"), "array"
+    if samples is None and (item.get("bytes") is not None or item.get("path") is not None):
+        if item.get("bytes") is not None:
+            what = f"the dict's 'bytes' ({len(item['bytes'])} bytes)"
+            samples, rate = _decode(bytes(item["bytes"]), what)
+            return samples, rate, what
+        return _from_path(item["path"])
     if samples is None or "sampling_rate" not in item:
         raise InputError("An audio dict needs a 'raw' (or 'array') key with the samples and a "
-                         f"'sampling_rate' key with their rate; got keys {sorted(map(str, item))}")
+                         "'sampling_rate' key with their rate (or, undecoded as datasets keeps "
+                         f"it, 'bytes' or 'path'); got keys {sorted(map(str, item))}")
     rate = _check_rate(item["sampling_rate"], "The dict's 'sampling_rate'")
     if not (isinstance(samples, (np.ndarray, list, tuple)) or hasattr(samples, "__array__")):
         raise InputError(f"The dict's {key!r} must be an array of samples, got a "
@@ -196,9 +231,9 @@ def _from_path(source):
     path = os.fspath(source)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    if path.startswith(("http://", "https://")):
-        raise InputError(f"Cannot read audio from the URL {path!r}: Transmuter fetches nothing "
-                         "from the network; download the file first and give its path")
+    if url.is_url(path):  # as transformers' audio pipelines: fetched (preprocess/url.py)
+        samples, rate = _decode(url.fetch(path, "audio file"), repr(path))
+        return samples, rate, repr(path)
     if os.path.isdir(path):
         raise InputError(f"{path!r} is a folder, not an audio file: give its files, one input "
                          "each (a list or an iterable)")

@@ -21,16 +21,18 @@ import PIL.Image
 import PIL.ImageOps
 
 from ...errors import InputError
+from .. import url
 
 # What Pillow raises on a file it cannot read: not an image, truncated, corrupt, too large.
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, PIL.Image.DecompressionBombError)
 
 
 def load_image(image):
-    """An RGB `PIL.Image.Image` from `image`: a PIL image, a path (str or pathlib), the bytes of an
-    encoded file, a base64 / `data:image/...` string, or a NumPy array (HWC, HW or CHW; uint8, or
-    floats in [0, 1] or with integer values in [0, 255], read as transformers' `to_pil_image`
-    reads them). Anything else, or a file Pillow cannot decode, raises `InputError` naming it."""
+    """An RGB `PIL.Image.Image` from `image`: a PIL image, a path (str or pathlib), an http(s)
+    URL, the bytes of an encoded file, a base64 / `data:image/...` string, or a NumPy array
+    (HWC, HW or CHW; uint8, or floats in [0, 1] or with integer values in [0, 255], read as
+    transformers' `to_pil_image` reads them). Anything else, or a file Pillow cannot decode,
+    raises `InputError` naming it."""
     if isinstance(image, PIL.Image.Image):
         pil, what = image, f"the PIL image ({image.mode}, {image.width}x{image.height})"
     elif isinstance(image, (bytes, bytearray, memoryview)):
@@ -59,9 +61,8 @@ def _open_str(source):
             raise InputError(f"No image file at {path!r}")
         with open(path, "rb") as f:
             return _decode(f, repr(path)), repr(path)
-    if path.startswith(("http://", "https://")):
-        raise InputError(f"Cannot read an image from the URL {path!r}: download it first and give "
-                         "the file or its bytes")
+    if url.is_url(path):  # as transformers' load_image: fetched (preprocess/url.py)
+        return _decode(io.BytesIO(url.fetch(path, "image")), repr(path)), repr(path)
     # transformers' load_image reads any other string as base64 (optionally a data: URI)
     data = path.split(",", 1)[1] if path.startswith("data:image/") else path
     try:
