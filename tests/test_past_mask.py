@@ -1,0 +1,110 @@
+"""engine/passes/past_mask.py: a merged decoder without a mask on a padded past buffer gives
+onnxruntime's outputs on the unpadded past, for every merged-decoder fixture the rewrite applies
+to; the others keep their growing cache and say why at DEBUG."""
+
+import json
+import logging
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import transmuter
+from transmuter.engine.passes.past_mask import PAST_LENGTH
+from transmuter.generation.cache import CacheLayout, on_buffer
+
+from .fixtures import ROOT
+
+EXTRA = ("encoder_hidden_states", "encoder_attention_mask")
+# (fixture, decoder file): the merged decoders (and split pairs' with-past graphs) whose cache
+# grows, and whether the rewrite applies
+APPLIES = [("whisper", "decoder_model_merged.onnx"),
+           ("whisper", "decoder_model_merged_quantized.onnx"),
+           ("whisper", "decoder_model_merged_fp16.onnx"),
+           ("whisper-opset14", "decoder_model_merged.onnx"),
+           ("whisper-timestamped", "decoder_model_merged.onnx"),
+           ("whisper-split", "decoder_with_past_model.onnx"),
+           ("bart", "decoder_model_merged.onnx"),
+           ("marian", "decoder_model_merged.onnx"),
+           ("trocr", "decoder_model_merged.onnx"),
+           ("vision-encoder-decoder", "decoder_model_merged.onnx")]
+# positions from relative buckets (T5), rotary angles (Moonshine), a mask's running count
+# (NLLB's M2M100 positions), cross-attention pasts that look like self-attention (Florence-2)
+KEEPS_GROWING = [("t5", "decoder_model_merged.onnx"),
+                 ("t5-split", "decoder_with_past_model.onnx"),
+                 ("moonshine", "decoder_model_merged.onnx"),
+                 ("nllb", "decoder_model_merged.onnx"),
+                 ("florence2", "decoder_model_merged.onnx")]
+
+
+def _load(fixture, name):
+    model = transmuter.load(ROOT / fixture / "onnx" / name)
+    split = name.startswith("decoder_with_past")
+    layout = CacheLayout.from_model(model, extra_inputs=EXTRA, split=split)
+    config = json.loads((ROOT / fixture / "config.json").read_text())
+    return model, layout, config.get("decoder", config)
+
+
+def _feed(model, layout, config, rows, past, width, rng):
+    """Inputs of one step with ``past`` valid rows: random pasts, states and tokens."""
+    infos = {v.name: v for v in model.inputs}
+    feed = {"input_ids": rng.integers(0, 20, (rows, width)).astype(np.int64)}
+    cross = 7
+    if "encoder_hidden_states" in infos:
+        info = infos["encoder_hidden_states"]
+        hidden = info.shape[2] if isinstance(info.shape[2], int) else \
+            config.get("d_model") or config.get("hidden_size")
+        feed["encoder_hidden_states"] = rng.standard_normal((rows, cross, hidden))
+    if "encoder_attention_mask" in infos:
+        feed["encoder_attention_mask"] = np.ones((rows, cross), np.int64)
+    if "use_cache_branch" in infos:
+        feed["use_cache_branch"] = np.array([True])
+    for name, zeros in layout.empty(rows, past, config, cross_length=cross).items():
+        feed[name] = rng.standard_normal(zeros.shape)
+    return {k: v.astype(infos[k].dtype) if k in infos else v for k, v in feed.items()}
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+@pytest.mark.parametrize("fixture, name", APPLIES, ids=[f"{f}/{n}" for f, n in APPLIES])
+def test_a_padded_past_gives_onnxruntime_outputs_on_the_unpadded_one(fixture, name, backend):
+    if backend == "mlx" and name != "decoder_model_merged.onnx":
+        pytest.skip("one file per fixture on MLX: the rewrite is the same graph change")
+    model, layout, config = _load(fixture, name)
+    buffered = on_buffer(model, layout)
+    assert buffered is not model and PAST_LENGTH in {v.name for v in buffered.inputs}
+    session = ort.InferenceSession(str(ROOT / fixture / "onnx" / name),
+                                   providers=["CPUExecutionProvider"])
+    if backend == "mlx":
+        buffered = on_buffer(transmuter.load(ROOT / fixture / "onnx" / name, backend="mlx"),
+                             layout)
+    fn = transmuter.compile(buffered, cache_size=4)
+    rng = np.random.default_rng(0)
+    half = "fp16" in name
+    for past, capacity, width in [(5, 8, 1), (3, 16, 2), (1, 4, 3)]:
+        feed = _feed(model, layout, config, 2, past, width, rng)
+        expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+        padded = dict(feed)
+        for info, _ in layout.pairs:  # the valid rows first, then garbage the mask must hide
+            extra = 1e3 * rng.standard_normal(feed[info.name].shape[:2] +
+                                              (capacity - past,) + feed[info.name].shape[3:])
+            padded[info.name] = np.concatenate([feed[info.name], extra.astype(info.dtype)], 2)
+        padded[PAST_LENGTH] = np.array(past, np.int64)
+        got = fn(padded)
+        # XLA's and onnxruntime's float32 sums run in another order: ~1e-6 on these tiny
+        # models; half graphs round each op to 1e-3 relative on both sides
+        tol = 2e-2 if half else 1e-4
+        np.testing.assert_allclose(np.asarray(got["logits"], np.float32),
+                                   expected["logits"].astype(np.float32), rtol=tol, atol=tol)
+        for info, present in layout.pairs:  # the step's new rows, after the buffer
+            np.testing.assert_allclose(
+                np.asarray(got[present], np.float32)[:, :, capacity:],
+                expected[present].astype(np.float32)[:, :, past:], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("fixture, name", KEEPS_GROWING,
+                         ids=[f"{f}/{n}" for f, n in KEEPS_GROWING])
+def test_a_graph_it_cannot_mask_keeps_its_growing_cache_and_says_why(fixture, name, caplog):
+    model, layout, _ = _load(fixture, name)
+    with caplog.at_level(logging.DEBUG, logger="transmuter.generation.cache"):
+        assert on_buffer(model, layout) is model
+    assert "grows a row a step" in caplog.text and "cannot run on a masked buffer" in caplog.text
