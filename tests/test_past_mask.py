@@ -108,3 +108,92 @@ def test_a_graph_it_cannot_mask_keeps_its_growing_cache_and_says_why(fixture, na
     with caplog.at_level(logging.DEBUG, logger="transmuter.generation.cache"):
         assert on_buffer(model, layout) is model
     assert "grows a row a step" in caplog.text and "cannot run on a masked buffer" in caplog.text
+
+
+_COMPILES = []  # XLA compiles of this process (backend compiles: each jit's first call)
+
+
+def _count_compiles():
+    import jax.monitoring
+
+    if not _COMPILES:
+        _COMPILES.append(0)
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda event, secs, **_: _COMPILES.append(secs)
+            if event == "/jax/core/compile/backend_compile_duration" else None)
+    return len(_COMPILES)
+
+
+def _whisper(backend="jax"):
+    from transmuter.generation.seq2seq import Seq2SeqGenerator
+
+    folder = ROOT / "whisper" / "onnx"
+    config = json.loads((ROOT / "whisper" / "config.json").read_text())
+    encoder = transmuter.load(folder / "encoder_model.onnx", backend=backend, compile_cache=False)
+    decoder = transmuter.load(folder / "decoder_model_merged.onnx", backend=backend,
+                              compile_cache=False)
+    features = np.random.default_rng(1).standard_normal((1, 16, 100)).astype(np.float32) * 3
+    return Seq2SeqGenerator(encoder, decoder, config), {"input_features": features}
+
+
+def _onnxruntime_steps(features, prompt, steps):
+    """onnxruntime's greedy decode of the whisper fixture on its growing past: the logits of
+    the prompt's last token and of each step's token."""
+    folder = ROOT / "whisper" / "onnx"
+    options = dict(providers=["CPUExecutionProvider"])
+    encoder = ort.InferenceSession(str(folder / "encoder_model.onnx"), **options)
+    decoder = ort.InferenceSession(str(folder / "decoder_model_merged.onnx"), **options)
+    states = encoder.run(None, features)[0]
+    names = [o.name for o in decoder.get_outputs()]
+    pasts = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+             for i in decoder.get_inputs() if i.name.startswith("past_key_values.")}
+    ids, first, out = np.array([prompt], np.int64), True, []
+    for _ in range(steps + 1):
+        got = dict(zip(names, decoder.run(None, {"input_ids": ids, "encoder_hidden_states": states,
+                                                 "use_cache_branch": np.array([not first]),
+                                                 **pasts})))
+        for name in pasts:
+            present = got[name.replace("past_key_values.", "present.")]
+            if first or ".decoder." in name:  # cross-attention pasts: the first call's
+                pasts[name] = present
+        first = False
+        out.append(got["logits"][0, -1])
+        ids = np.array([[int(np.argmax(out[-1]))]], np.int64)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_whisper_decodes_as_onnxruntime_on_a_growing_bucketed_buffer(backend, monkeypatch):
+    """40 greedy steps, each step's logits against onnxruntime's on the unpadded past; small
+    buffers (16, 24, 32, 48 rows) so the decode moves through several of them."""
+    from transmuter.generation import steppers
+
+    monkeypatch.setattr(steppers, "MIN_CAPACITY", 16)
+    gen, features = _whisper(backend)
+    assert gen.decoder.buffered
+    prompt = [317, 318, 319, 320]
+    expected = _onnxruntime_steps(features, prompt, 40)
+    stepper = gen.decoder.stepper([prompt], 40, gen._extra(gen.encode(features)))
+    logits, capacities = stepper.start(), set()
+    for step in range(41):
+        # XLA's float32 sums in another order than onnxruntime's: ~1e-6 on this tiny model
+        np.testing.assert_allclose(logits[0], expected[step], rtol=1e-4, atol=1e-4,
+                                   err_msg=f"step {step}")
+        if step < 40:
+            logits = stepper.step(np.array([int(np.argmax(expected[step]))]))
+            capacities.add(stepper._length(0))
+    assert capacities == {16, 24, 32, 48}
+
+
+def test_whisper_40_tokens_compile_a_handful_of_shapes():
+    """A 40-token decode compiles the encoder, the prompt, one step shape and the buffer's
+    write helpers: 8 XLA compiles, where the growing cache compiled a step per token (41)."""
+    from transmuter.generation.config import GenerationConfig
+
+    gen, features = _whisper()
+    before = _count_compiles()
+    config = GenerationConfig(max_new_tokens=40, min_new_tokens=40, eos_token_id=[316])
+    out = gen.generate([[317, 318, 319, 320]], config, gen.encode(features))
+    assert len(out[0]) == 40
+    assert gen.decoder.fn.cache_info().misses == 1  # every step: one buffer of 64 rows
+    assert _count_compiles() - before <= 10

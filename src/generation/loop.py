@@ -16,6 +16,7 @@ import numpy as np
 
 from ..backends.numpy import XP as HOST
 from ..engine.compiled import compile
+from ..engine.passes.past_mask import PAST_LENGTH
 from ..errors import InputError
 from ..hub.repo import POSITION_LIMITS
 from .cache import CacheLayout, on_buffer, write_presents, write_rows
@@ -56,14 +57,15 @@ class Generator:
         donate = [p.name for p, _ in self.layout.pairs] if self.layout.mode == "inplace" else ()
         self.fn = compile(model, static_inputs=self.layout.static_inputs,
                                    cache_size=size, donate=donate)
+        first_static = self.layout.first_static
+        if self.buffered and first is None:  # the first call has no past: no rows to count
+            first_static = {**first_static, PAST_LENGTH: np.array(0, np.int64)}
         if first is not None:
-            self.first_fn = compile(first, static_inputs=self.layout.first_static,
-                                             cache_size=size)
-        elif self.layout.first_static == self.layout.static_inputs:
+            self.first_fn = compile(first, static_inputs=first_static, cache_size=size)
+        elif first_static == self.layout.static_inputs:
             self.first_fn = self.fn
         else:
-            self.first_fn = compile(model, static_inputs=self.layout.first_static,
-                                             cache_size=size)
+            self.first_fn = compile(model, static_inputs=first_static, cache_size=size)
         self.dtypes = {v.name: v.dtype for v in model.inputs}
         # the first call's graph: the merged decoder itself, or a split pair's without past
         self.first_dtypes = self.dtypes if first is None else {v.name: v.dtype
