@@ -27,14 +27,14 @@ APPLIES = [("whisper", "decoder_model_merged.onnx"),
            ("bart", "decoder_model_merged.onnx"),
            ("marian", "decoder_model_merged.onnx"),
            ("trocr", "decoder_model_merged.onnx"),
-           ("vision-encoder-decoder", "decoder_model_merged.onnx")]
+           ("vision-encoder-decoder", "decoder_model_merged.onnx"),
+           ("florence2", "decoder_model_merged.onnx")]  # its pasts wrapped in 1-input Concats
 # positions from relative buckets (T5), rotary angles (Moonshine), a mask's running count
-# (NLLB's M2M100 positions), cross-attention pasts that look like self-attention (Florence-2)
+# added to the past's length (NLLB's M2M100 positions)
 KEEPS_GROWING = [("t5", "decoder_model_merged.onnx"),
                  ("t5-split", "decoder_with_past_model.onnx"),
                  ("moonshine", "decoder_model_merged.onnx"),
-                 ("nllb", "decoder_model_merged.onnx"),
-                 ("florence2", "decoder_model_merged.onnx")]
+                 ("nllb", "decoder_model_merged.onnx")]
 
 
 def _load(fixture, name):
@@ -42,18 +42,20 @@ def _load(fixture, name):
     split = name.startswith("decoder_with_past")
     layout = CacheLayout.from_model(model, extra_inputs=EXTRA, split=split)
     config = json.loads((ROOT / fixture / "config.json").read_text())
-    return model, layout, config.get("decoder", config)
+    return model, layout, config.get("decoder") or config.get("text_config") or config
 
 
 def _feed(model, layout, config, rows, past, width, rng):
     """Inputs of one step with ``past`` valid rows: random pasts, states and tokens."""
     infos = {v.name: v for v in model.inputs}
+    hidden_size = config.get("d_model") or config.get("hidden_size")
     feed = {"input_ids": rng.integers(0, 20, (rows, width)).astype(np.int64)}
+    if "input_ids" not in infos:  # Florence-2's decoder takes embeddings
+        feed = {"inputs_embeds": rng.standard_normal((rows, width, hidden_size))}
     cross = 7
     if "encoder_hidden_states" in infos:
         info = infos["encoder_hidden_states"]
-        hidden = info.shape[2] if isinstance(info.shape[2], int) else \
-            config.get("d_model") or config.get("hidden_size")
+        hidden = info.shape[2] if isinstance(info.shape[2], int) else hidden_size
         feed["encoder_hidden_states"] = rng.standard_normal((rows, cross, hidden))
     if "encoder_attention_mask" in infos:
         feed["encoder_attention_mask"] = np.ones((rows, cross), np.int64)

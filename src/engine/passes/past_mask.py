@@ -71,8 +71,9 @@ def mask_past(graph, pasts, constants=None):
     graph = copy.deepcopy(graph)
     pasts, done = frozenset(pasts), []
     for sub in _graphs(graph):
-        if any(_past_concat(n, pasts) for n in sub.nodes):
-            done.append(_rewrite(sub, pasts, dict(constants or {})))
+        named = _aliases(sub, pasts)
+        if any(_past_concat(n, named) for n in sub.nodes):
+            done.append(_rewrite(sub, named, dict(constants or {})))
     if not done:
         raise NotApplicable("no self-attention reads its past through a Concat on the length "
                             "axis")
@@ -87,6 +88,16 @@ def _graphs(graph):
             for sub in value if isinstance(value, list) else [value]:
                 if isinstance(sub, Graph):
                     yield from _graphs(sub)
+
+
+def _aliases(graph, pasts):
+    """``pasts`` and the names that are a past itself (Identity, a Concat of one input:
+    Florence-2's export wraps each past so)."""
+    names = set(pasts)
+    for n in graph.nodes:
+        if n.op_type in ("Identity", "Concat") and len(n.inputs) == 1 and n.inputs[0] in names:
+            names.add(n.outputs[0])
+    return frozenset(names)
 
 
 def _past_concat(node, pasts):
