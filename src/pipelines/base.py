@@ -144,7 +144,7 @@ class Pipeline:
 
     def _results(self, items, pre, fwd, post, keep_going, batch_size, lookahead):
         """Each input's result (``keep_going``: or its error), in input order."""
-        window = batch_size
+        window, windows = batch_size, 0
         pending, queued = [], 0
         for chunks in self._preprocessed(items, pre, batch_size, keep_going):
             if not queued and _ran(chunks) and chunks and self._sortable(chunks[0]):
@@ -152,10 +152,10 @@ class Pipeline:
             pending.append(chunks)
             queued += len(chunks) if _ran(chunks) else 0
             if queued >= window:
-                yield from self._flush(pending, fwd, post, batch_size, keep_going)
-                pending, queued = [], 0
-        if pending:
-            yield from self._flush(pending, fwd, post, batch_size, keep_going)
+                yield from self._flush(pending, fwd, post, batch_size, keep_going, True)
+                pending, queued, windows = [], 0, windows + 1
+        if pending:  # the rest of a stream that filled windows runs in full rows as they did
+            yield from self._flush(pending, fwd, post, batch_size, keep_going, windows > 0)
 
     def _preprocessed(self, items, pre, ahead, keep_going):
         """Each input's chunks (``keep_going``: or the TransmuterError that preparing it raised),
@@ -173,9 +173,12 @@ class Pipeline:
             return map(chunks, items)
         return prefetch.ordered(chunks, items, ahead)
 
-    def _flush(self, pending, fwd, post, batch_size, keep_going):
+    def _flush(self, pending, fwd, post, batch_size, keep_going, full=False):
+        """Run and postprocess a read-ahead window; ``full``: a stream's window, whose calls
+        all take ``batch_size`` rows (buckets.py: streams)."""
         flat = list(itertools.chain.from_iterable(c for c in pending if _ran(c)))
         self._rows_cap = batch_size  # rows of a batch are padded to a power of two, up to this
+        self._rows_least = batch_size if full else 1
         order = list(range(len(flat)))
         if all(self._sortable(c) for c in flat):  # largest first; stable: ties keep input order
             key = self.featurizer.key
@@ -209,7 +212,8 @@ class Pipeline:
         key = self.featurizer.key
         sizes = [padded(flat[i][key]) for i in order]
         cost = self._call_cost() + buckets.SPLIT_SHAPE_COST * batch_size * sizes[0]
-        return [order[a:b] for a, b in buckets.row_groups(sizes, batch_size, cost)]
+        least = getattr(self, "_rows_least", 1)
+        return [order[a:b] for a, b in buckets.row_groups(sizes, batch_size, cost, least)]
 
     def _call_cost(self):
         """A graph call's fixed cost in padded tokens of this model (buckets.py)."""
@@ -233,7 +237,8 @@ class Pipeline:
     def _rows(self, n):
         """Rows of a batch of ``n`` chunks: a power of two, at most the batch size, rounded up to
         a multiple of the model's devices (devices=: each gets an equal share of the rows)."""
-        rows = buckets.pow2(n, getattr(self, "_rows_cap", self.batch_size))
+        rows = buckets.pow2(n, getattr(self, "_rows_cap", self.batch_size),
+                            getattr(self, "_rows_least", 1))
         return buckets.multiple(rows, row_multiple(self.model))
 
     def _feed(self, chunks):
