@@ -1,6 +1,8 @@
 """The ``transmuter`` command line.
 
     transmuter run TASK MODEL [TEXT ...] [--input FILE|DIR] [--output out.jsonl] [--batch-size N]
+    transmuter warmup TASK MODEL [EXAMPLE ...] [--input FILE|DIR] [--batch-sizes 1,8,32]
+                      [--max-length N]
 
 Streams texts through ``transmuter.pipeline(TASK, MODEL)`` with a progress bar and writes one JSON
 line per input: ``{"input": ..., "output": ...}`` (plus ``"file"`` for inputs read from files).
@@ -14,6 +16,12 @@ a folder beside the output (``out.jsonl`` -> ``out_files/``), and the JSON line 
 
 Audio results (text-to-speech: ``{"audio", "sampling_rate"}``) are written as WAV files there;
 ``--output hello.wav`` writes the audio of its one input to that file instead of JSON lines.
+
+``warmup`` compiles the shapes a workload will meet into the persistent compilation cache
+(docs/compile-cache.md), so that the next process (a service, a Docker image's) compiles
+nothing: text tasks every row count up to --batch-size times every length bucket up to
+--max-length (or the longest EXAMPLE's), other tasks their EXAMPLEs (paths of images or clips)
+at each row count (``pipe.warmup``).
 
 An input that cannot be read or prepared (a corrupt image, a file that is not audio) stops the
 run with its error (exit status 2); ``--on-error skip`` writes its line with ``"error"`` instead
@@ -36,12 +44,12 @@ class UsageError(Exception):
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    if args.command != "run":
+    if args.command not in ("run", "warmup"):
         _parser().print_help()
         return 2
     from .errors import TransmuterError
     try:
-        return _run(args)
+        return _run(args) if args.command == "run" else _warmup(args)
     except (TransmuterError, UsageError, OSError) as e:
         # one line, no traceback: the messages name what is wrong and where
         print(f"transmuter: {e}", file=sys.stderr)
@@ -85,6 +93,31 @@ def _run(args):
         print(f"transmuter: {failed} of {total} inputs failed (their lines hold \"error\")",
               file=sys.stderr)
         return 1
+    return 0
+
+
+def _warmup(args):
+    from .backends.compile_cache import active_folder
+    from .pipelines import pipeline
+    options = _options(args.options)
+    if args.variant:
+        options["variant"] = args.variant
+    options = {"batch_size": args.batch_size, **options}
+    pipe = pipeline(args.task, args.model, backend=args.backend, **options)
+    media = IMAGE_SUFFIXES if "image_processor" in pipe.featurizers else \
+        AUDIO_SUFFIXES if "feature_extractor" in pipe.featurizers else None
+    examples = [value for _, value in _inputs(args, media)] if args.text or args.input else []
+    try:
+        sizes = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None
+    except ValueError:
+        raise UsageError(f"--batch-sizes takes ints separated by commas, got "
+                         f"{args.batch_sizes!r}") from None
+    done = pipe.warmup(examples, batch_sizes=sizes, max_length=args.max_length,
+                       progress=not args.quiet)
+    folder = active_folder() if args.backend == "jax" else None
+    print(f"transmuter: compiled {len(done)} shapes of {args.task} "
+          + (f"into {folder}" if folder else "(no persistent cache: they last this process)"),
+          file=sys.stderr)
     return 0
 
 
@@ -133,6 +166,20 @@ def _parser():
     run.add_argument("--on-error", choices=["stop", "skip"], default="stop",
                      help="an input that cannot be read: stop the run (default), or write its "
                           "error as its line and go on (exit status 1 at the end)")
+    warm = sub.add_parser("warmup", help="compile a workload's shapes into the persistent "
+                                         "compilation cache")
+    warm.add_argument("task", help="e.g. text-embedding, image-classification")
+    warm.add_argument("model", help="a Hub id (org/name) or a local folder")
+    warm.add_argument("text", nargs="*", help="example inputs (texts, image or audio paths)")
+    warm.add_argument("--input", "-i", help="a file of examples (one a line) or a folder")
+    warm.add_argument("--batch-size", "-b", type=int, default=8)
+    warm.add_argument("--batch-sizes", help="row counts to compile, e.g. 1,8,32 (default: each "
+                                            "power of two up to --batch-size)")
+    warm.add_argument("--max-length", type=int, help="text: the longest length bucket")
+    warm.add_argument("--backend", default="jax", choices=["jax", "mlx"])
+    warm.add_argument("--variant", help="ONNX variant: fp32, fp16, q8, q4, ...")
+    warm.add_argument("--options", help='task options as JSON, e.g. \'{"max_new_tokens": 64}\'')
+    warm.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return parser
 
 

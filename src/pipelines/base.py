@@ -24,7 +24,7 @@ from ..serving import Server
 from ..engine.sharding import row_multiple
 from .. import buckets
 from ..engine.compiled import compile
-from . import prefetch, shared
+from . import prefetch, shared, warmup
 
 
 class Pipeline:
@@ -106,6 +106,15 @@ class Pipeline:
             return self._iterate(inputs, params, batch_size, progress, keep_going)
         raise PipelineError(f"{self.task} takes {self._input_kind()}, a list of them, or an "
                             f"iterable of them; got {type(inputs).__name__}: {inputs!r:.80}")
+
+    def warmup(self, examples=(), *, batch_sizes=None, max_length=None, progress=True,
+               **call_options):
+        """Compile now the shapes a workload like ``examples`` will meet, into JAX's persistent
+        cache too (a service's start, a Docker image build): each row count a batch pads to
+        (``batch_sizes``: default all up to ``batch_size``) times, for text, every length bucket
+        up to ``max_length`` (default: the longest example's), else the examples' own shapes
+        (pipelines/warmup.py). Returns the shapes' labels ("32x128")."""
+        return warmup.warmup(self, examples, batch_sizes, max_length, progress, **call_options)
 
     def serve(self, max_batch_size=None, batch_timeout_ms=None, **call_options):
         """A ``transmuter.serving.Server``: callable from many threads (and ``await
