@@ -24,7 +24,9 @@ from ..serving import Server
 from ..engine.sharding import row_multiple
 from .. import buckets
 from ..engine.compiled import compile
+from ..engine import compile_notice
 from . import prefetch, shared, warmup
+from .compile_progress import CompileProgress
 
 
 class Pipeline:
@@ -114,7 +116,8 @@ class Pipeline:
         (``batch_sizes``: default all up to ``batch_size``) times, for text, every length bucket
         up to ``max_length`` (default: the longest example's), else the examples' own shapes
         (pipelines/warmup.py). Returns the shapes' labels ("32x128")."""
-        return warmup.warmup(self, examples, batch_sizes, max_length, progress, **call_options)
+        return warmup.warmup(self, examples, batch_sizes, max_length, progress,
+                             type(self)._feed is Pipeline._feed, **call_options)
 
     def serve(self, max_batch_size=None, batch_timeout_ms=None, **call_options):
         """A ``transmuter.serving.Server``: callable from many threads (and ``await
@@ -145,10 +148,12 @@ class Pipeline:
         each input's result (``keep_going``: or its error) is yielded."""
         lookahead = self.lookahead_batches if lookahead is None else lookahead
         results = self._results(iter(inputs), *params, keep_going, batch_size, lookahead)
+        self._bar = None  # where compiles are announced (compile_progress.py)
         if progress:
             from tqdm.auto import tqdm
             total = len(inputs) if hasattr(inputs, "__len__") else None
-            results = iter(tqdm(results, total=total, desc=self.task, unit="input"))
+            self._bar = tqdm(results, total=total, desc=self.task, unit="input")
+            results = iter(self._bar)
         return results
 
     def _results(self, items, pre, fwd, post, keep_going, batch_size, lookahead):
@@ -193,9 +198,13 @@ class Pipeline:
             key = self.featurizer.key
             order.sort(key=lambda i: self.featurizer.size(flat[i][key]), reverse=True)
         outputs = [None] * len(flat)
-        for rows in self._groups(flat, order, batch_size):
-            for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
-                outputs[i] = out
+        groups = self._groups(flat, order, batch_size)
+        progress = CompileProgress(self, self._new_shapes(flat, groups))
+        with compile_notice.reporting(progress):
+            for rows in groups:
+                for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
+                    outputs[i] = out
+        progress.done()
         at = 0
         for chunks in pending:
             if not _ran(chunks):
@@ -223,6 +232,18 @@ class Pipeline:
         cost = self._call_cost() + buckets.SPLIT_SHAPE_COST * batch_size * sizes[0]
         least = getattr(self, "_rows_least", 1)
         return [order[a:b] for a, b in buckets.row_groups(sizes, batch_size, cost, least)]
+
+    def _new_shapes(self, flat, groups):
+        """How many (rows, length) shapes ``groups`` run that this pipeline has not run (None
+        where the featurizer knows no padded size): what a compile announcement counts to."""
+        padded = getattr(self.featurizer, "padded", None)
+        if padded is None or not all(self._sortable(c) for c in flat):
+            return None
+        seen = self.__dict__.setdefault("_shapes_run", set())
+        shapes = {(self._rows(len(g)), padded(flat[g[0]][self.featurizer.key])) for g in groups}
+        new = len(shapes - seen)
+        seen |= shapes
+        return new
 
     def _call_cost(self):
         """A graph call's fixed cost in padded tokens of this model (buckets.py)."""

@@ -20,11 +20,13 @@ from ..errors import PipelineError
 from .featurizers import TextFeaturizer
 
 
-def warmup(pipe, examples, batch_sizes=None, max_length=None, progress=True, **options):
-    """The shapes ``pipe`` compiled (labels such as "32x128"), see above."""
+def warmup(pipe, examples, batch_sizes=None, max_length=None, progress=True, plain_feed=True,
+           **options):
+    """The shapes ``pipe`` compiled (labels such as "32x128"), see above; ``plain_feed``: its
+    batches are Pipeline._feed's."""
     examples = [examples] if pipe._is_single(examples) else list(examples)
     rows = _rows(pipe.batch_size, batch_sizes)
-    if _pads_text(pipe):
+    if _pads_text(pipe, plain_feed):
         plans = _text_shapes(pipe, examples, rows, max_length, options)
     else:
         if not examples:
@@ -62,13 +64,11 @@ def _rows(batch_size, given):
     return sorted(rows, reverse=True)
 
 
-def _pads_text(pipe):
+def _pads_text(pipe, plain_feed):
     """A pipeline whose calls are its tokenizer's padded batches of independent rows (not a
-    generator's prompts, not GLiNER's words), run by its own ``_forward``."""
-    from .base import Pipeline
-
-    return isinstance(pipe.featurizer, TextFeaturizer) and not pipe.generates and \
-        type(pipe)._feed is Pipeline._feed
+    generator's prompts, not GLiNER's words: ``plain_feed``, Pipeline._feed), run by its own
+    ``_forward``."""
+    return isinstance(pipe.featurizer, TextFeaturizer) and not pipe.generates and plain_feed
 
 
 def _text_shapes(pipe, examples, rows, max_length, options):
