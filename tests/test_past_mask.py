@@ -199,3 +199,87 @@ def test_whisper_40_tokens_compile_a_handful_of_shapes():
     assert len(out[0]) == 40
     assert gen.decoder.fn.cache_info().misses == 1  # every step: one buffer of 64 rows
     assert _count_compiles() - before <= 10
+
+
+def _sliced_positions_decoder(path):
+    """A one-layer decoder as older exports wrote positions: ``embed_positions.weight[past :
+    past + S]`` (a Slice of the table by the past's length), and a causal mask from Ranges."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    d, vocab, table = 8, 11, 32
+    weights = {"tok": rng.standard_normal((vocab, d)), "pos": rng.standard_normal((table, d)),
+               "wq": rng.standard_normal((d, d)), "wk": rng.standard_normal((d, d)),
+               "wv": rng.standard_normal((d, d)), "wo": rng.standard_normal((d, vocab)),
+               "two": np.array([2]), "one": np.array([1]), "zero": np.array(0),
+               "axis0": np.array([0]), "axis1": np.array([1]), "neg": np.array(-1e9),
+               "nil": np.array(0.0), "scale": np.array(d ** -0.5)}
+    inits = [numpy_helper.from_array(v.astype(np.float32) if v.dtype == np.float64 else v, k)
+             for k, v in weights.items()]
+    n = helper.make_node
+    nodes = [
+        n("Gather", ["tok", "input_ids"], ["emb"]),
+        n("Shape", ["past_key_values.0.key"], ["pshape"]),
+        n("Gather", ["pshape", "two"], ["p1"]), n("Squeeze", ["p1"], ["p"]),
+        n("Shape", ["input_ids"], ["ishape"]),
+        n("Gather", ["ishape", "one"], ["s1"]), n("Squeeze", ["s1"], ["s"]),
+        n("Add", ["p", "s"], ["ps"]),
+        n("Unsqueeze", ["p", "axis0"], ["starts"]), n("Unsqueeze", ["ps", "axis0"], ["ends"]),
+        n("Slice", ["pos", "starts", "ends", "axis0"], ["positions"]),
+        n("Add", ["emb", "positions"], ["h"]),
+        *[n("MatMul", ["h", f"w{x}"], [f"{x}0"]) for x in "qkv"],
+        *[n("Unsqueeze", [f"{x}0", "axis1"], [x]) for x in "qkv"],
+        n("Concat", ["past_key_values.0.key", "k"], ["present.0.key"], axis=2),
+        n("Concat", ["past_key_values.0.value", "v"], ["present.0.value"], axis=2),
+        n("Transpose", ["present.0.key"], ["kt"], perm=[0, 1, 3, 2]),
+        n("MatMul", ["q", "kt"], ["raw"]), n("Mul", ["raw", "scale"], ["scores0"]),
+        n("Range", ["zero", "ps", "one_scalar"], ["keys"]),
+        n("Range", ["p", "ps", "one_scalar"], ["queries"]),
+        n("Unsqueeze", ["keys", "axis0"], ["keys2"]), n("Unsqueeze", ["queries", "axis1"],
+                                                        ["queries2"]),
+        n("LessOrEqual", ["keys2", "queries2"], ["allowed"]),
+        n("Where", ["allowed", "nil", "neg"], ["mask"]),
+        n("Add", ["scores0", "mask"], ["scores"]),
+        n("Softmax", ["scores"], ["probs"], axis=-1),
+        n("MatMul", ["probs", "present.0.value"], ["att"]),
+        n("Squeeze", ["att", "axis1"], ["att3"]),
+        n("MatMul", ["att3", "wo"], ["logits"]),
+    ]
+    inits.append(numpy_helper.from_array(np.array(1, np.int64), "one_scalar"))
+    past = ["batch", 1, "past", d]
+    graph = helper.make_graph(
+        nodes, "decoder", [helper.make_tensor_value_info("input_ids", TensorProto.INT64,
+                                                         ["batch", "seq"]),
+                           helper.make_tensor_value_info("past_key_values.0.key",
+                                                         TensorProto.FLOAT, past),
+                           helper.make_tensor_value_info("past_key_values.0.value",
+                                                         TensorProto.FLOAT, past)],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab]),
+         helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("present.0.value", TensorProto.FLOAT, None)], inits)
+    import onnx
+
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_positions_sliced_from_a_table_count_from_the_valid_rows(tmp_path):
+    path = tmp_path / "decoder.onnx"
+    _sliced_positions_decoder(path)
+    model = transmuter.load(path)
+    layout = CacheLayout.from_model(model)
+    buffered = on_buffer(model, layout)
+    assert buffered is not model
+    assert any(n.op_type == "PastSlice" for n in buffered.graph.nodes)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    fn = transmuter.compile(buffered)
+    rng = np.random.default_rng(0)
+    for past, capacity, width in [(5, 8, 1), (3, 16, 2)]:
+        feed = {"input_ids": rng.integers(0, 11, (2, width)),
+                **{f"past_key_values.0.{x}": rng.standard_normal((2, 1, past, 8))
+                   .astype(np.float32) for x in ("key", "value")}}
+        expected = session.run(["logits"], feed)[0]
+        padded = {k: np.concatenate([v, 1e3 * np.ones((2, 1, capacity - past, 8), np.float32)],
+                                    2) if k.startswith("past") else v for k, v in feed.items()}
+        got = fn({**padded, PAST_LENGTH: np.array(past, np.int64)})
+        # float32 sums in another order than onnxruntime's: ~1e-6 on 8-wide products
+        np.testing.assert_allclose(np.asarray(got["logits"]), expected, rtol=1e-4, atol=1e-4)

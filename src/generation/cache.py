@@ -173,7 +173,8 @@ def on_buffer(model, layout):
     if any(n.op_type == "GroupQueryAttention" for n in model.graph.nodes):
         return model  # a Gemma 3 export whose seqlens_k counts the mask's length: no Concat
     try:
-        graph = mask_past(model.graph, [info.name for info, _ in layout.pairs], model.constants)
+        graph = mask_past(model.graph, [info.name for info, _ in layout.pairs], model.constants,
+                          model.params)
     except NotApplicable as e:
         _LOG.debug("The decoder's KV cache grows a row a step (a compiled shape each): it "
                    "cannot run on a masked buffer: %s", e)

@@ -62,19 +62,24 @@ class _Scope:
     tags: dict
     producer: dict
     readers: dict
+    keyed: set
+    values: dict
+    weights: frozenset = frozenset()
 
 
-def mask_past(graph, pasts, constants=None):
+def mask_past(graph, pasts, constants=None, params=()):
     """A copy of ``graph`` rewritten to run on past buffers with ``PAST_LENGTH`` valid rows
     (see above); NotApplicable when the graph does not allow it. ``pasts``: the self-attention
-    past inputs (keys and values), ``constants``: the weights known on the host, by name."""
+    past inputs (keys and values); ``constants``: the weights known on the host, by name;
+    ``params``: the names of the others (device arrays)."""
     graph = copy.deepcopy(graph)
-    pasts, done = frozenset(pasts), []
-    for sub in _graphs(graph):
+    pasts, rewritten = frozenset(pasts), 0
+    for sub in _graphs(graph):  # a merged decoder's with-past branch, a with-past graph itself
         named = _aliases(sub, pasts)
         if any(_past_concat(n, named) for n in sub.nodes):
-            done.append(_rewrite(sub, named, dict(constants or {})))
-    if not done:
+            _rewrite(sub, named, dict(constants or {}), frozenset(params))
+            rewritten += 1
+    if not rewritten:
         raise NotApplicable("no self-attention reads its past through a Concat on the length "
                             "axis")
     graph.inputs = graph.inputs + [ValueInfo(PAST_LENGTH, np.dtype(np.int64), ())]
@@ -104,7 +109,7 @@ def _past_concat(node, pasts):
     return node.op_type == "Concat" and len(node.inputs) == 2 and node.inputs[0] in pasts
 
 
-def _rewrite(graph, pasts, constants):
+def _rewrite(graph, pasts, constants, params):
     concats = [n for n in graph.nodes if _past_concat(n, pasts)]
     for n in concats:
         if n.attrs.get("axis") not in (2, -2):
@@ -112,6 +117,7 @@ def _rewrite(graph, pasts, constants):
                                 "not the length axis 2")
     presents = {n.outputs[0]: n.inputs[0] for n in concats}  # present -> its past
     scope = _analyse(graph, pasts, presents, constants)
+    scope.weights = frozenset(constants) | params | set(graph.initializers)
     softmaxes = _attention_over_past(graph, scope, presents)
     if len(softmaxes) * 2 != len(concats):
         raise NotApplicable(f"{len(concats)} past Concats but {len(softmaxes)} attentions found "
@@ -151,7 +157,7 @@ def _analyse(graph, pasts, presents, constants):
             continue
         if any(r in keyed for r in reads) and not _contracts_keys(n, keyed):
             keyed.update(n.outputs)  # its shape holds P (scores, a transposed key)
-    return _Scope(graph, static, tags, producer, readers)
+    return _Scope(graph, static, tags, producer, readers, keyed, values)
 
 
 def _shape_tag(node, direct):
@@ -181,13 +187,12 @@ def _tag(node, tags, values):
         if index is None or node.attrs.get("axis", 0) != 0:
             return "other"
         index = np.asarray(index) % 4
-        return None if not (index == 2).any() else "shift" if index.ndim == 0 else "other"
+        return None if not (index == 2).any() else "shift" if index.size == 1 else "other"
     if first == "shift" and not rest and (op in _CARRY or op in ("Add", "Sub", "Gather")):
         return "shift"  # Sub: P + s - x; Gather: elements of a shifted vector
     if op == "Add" and got == [None, "shift"]:
         return "shift"
-    if op == "Range" and got[:2] == ["shift", "shift"] and not got[2:3] == ["shift"] and \
-            not (len(got) > 2 and got[2]):
+    if op == "Range" and got[:2] == ["shift", "shift"] and not any(got[2:]):
         return "shift"  # Range(P, P + S): S values from P
     return "other"
 
@@ -262,8 +267,15 @@ def _boundaries(graph, scope, softmaxes):
                                 "depends on the past's length")
         for i, name in reads:
             if n.opdef.needs_static(i, len(n.inputs)):
-                continue  # a shape, a slice's bounds: P is as real as any other size
-            if n.op_type == "Gather" and i == 1 and scope.tags[name] == "shift":
+                if n.inputs[0] in scope.keyed:
+                    continue  # a size of what is P long (a present reshaped): P is real there
+                if _table_slice(n, scope):
+                    shifts.append((n, None))
+                    break
+                raise NotApplicable(f"{n.label} takes {name!r}, which depends on the past's "
+                                    f"length, as a bound of {n.inputs[0]!r}, which is not P long")
+            if n.op_type == "Gather" and i == 1 and scope.tags[name] == "shift" and \
+                    n.inputs[0] in scope.weights:  # a position table
                 shifts.append((n, name))
             elif scope.tags[name] != "table" and _is_mask(n, scope, masked):
                 continue
@@ -271,6 +283,19 @@ def _boundaries(graph, scope, softmaxes):
                 raise NotApplicable(f"{n.label} reads {name!r}, which depends on the past's "
                                     f"length ({scope.tags[name]}), as data")
     return shifts
+
+
+def _table_slice(node, scope):
+    """Slice(table, P, P + S) on axis 0: positions read from a weight by a slice (older
+    exports' ``embed_positions.weight[past : past + S]``), shifted as a Gather's."""
+    if node.op_type != "Slice" or node.inputs[0] not in scope.weights or len(node.inputs) < 3:
+        return False
+    starts, ends = (scope.tags.get(name) for name in node.inputs[1:3])
+    rest = node.inputs[3:]
+    axes = scope.values.get(rest[0]) if rest and rest[0] else np.array([0])
+    steps = scope.values.get(rest[1]) if len(rest) > 1 and rest[1] else np.array([1])
+    return starts == ends == "shift" and axes is not None and steps is not None and \
+        np.array_equal(np.ravel(axes), [0]) and np.array_equal(np.ravel(steps), [1])
 
 
 def _is_mask(node, scope, masked, depth=0):
@@ -286,6 +311,11 @@ def _is_mask(node, scope, masked, depth=0):
 
 def _insert(graph, softmaxes, shifts):
     for gather, name in shifts:
+        if name is None:  # Slice(table, P, P + S): the same rows counted from L
+            at = graph.nodes.index(gather)
+            graph.nodes[at] = _node("PastSlice", [*gather.inputs[:3], _any_past(softmaxes),
+                                                  PAST_LENGTH], gather.outputs[0], _SLICE)
+            continue
         out = f"{name}::shifted"
         node = _node("PastShift", [name, _any_past(softmaxes), PAST_LENGTH], out, _SHIFT)
         graph.nodes.insert(graph.nodes.index(gather), node)
@@ -340,5 +370,13 @@ def past_shift(xp, indices, past, length):
     return indices + (xp.astype(length, xp.dtype_of(indices)) - past.shape[2])
 
 
+def past_slice(xp, table, starts, ends, past, length):
+    """Slice(table, starts, ends) on axis 0 (positions P to P + S) read from ``length`` on."""
+    start = int(np.ravel(starts)[0])
+    rows = xp.arange(int(np.ravel(ends)[0]) - start, dtype=np.int64)
+    return xp.take(table, rows + (xp.astype(length, np.int64) - past.shape[2] + start), axis=0)
+
+
 _MASK = OpDef("", "PaddedPast", 1, padded_past)
+_SLICE = OpDef("", "PastSlice", 1, past_slice, static=(1, 2))
 _SHIFT = OpDef("", "PastShift", 1, past_shift)
