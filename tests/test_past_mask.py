@@ -97,7 +97,7 @@ def test_a_padded_past_gives_onnxruntime_outputs_on_the_unpadded_one(fixture, na
         tol = 2e-2 if half else 1e-4
         np.testing.assert_allclose(np.asarray(got["logits"], np.float32),
                                    expected["logits"].astype(np.float32), rtol=tol, atol=tol)
-        for info, present in layout.pairs:  # the step's new rows, after the buffer
+        for _, present in layout.pairs:  # the step's new rows, after the buffer
             np.testing.assert_allclose(
                 np.asarray(got[present], np.float32)[:, :, capacity:],
                 expected[present].astype(np.float32)[:, :, past:], rtol=tol, atol=tol)

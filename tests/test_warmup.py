@@ -1,7 +1,6 @@
 """``pipe.warmup`` and ``transmuter warmup``: the shapes a workload will meet are compiled
 before it comes, so its calls compile nothing (counted by the pipeline's compiled function)."""
 
-import numpy as np
 import pytest
 
 import transmuter
