@@ -19,8 +19,8 @@ caches), then --repeat times, alternating with the other, and its best run count
   the host loop's, and how many of its tokens equal the host loop's.
 - onnxruntime: the same .onnx file, ORT_ENABLE_ALL, as many threads as cores, a plain greedy loop on
   a fixed KV buffer (the loop of bench/quantized.py, batched). The int4 file is run as built
-  (MatMulNBits accuracy_level 4: onnxruntime quantizes activations to int8; Transmuter reads it as
-  0), so int4 tokens may differ from ORT's; fp32 tokens must match.
+  (MatMulNBits accuracy_level 4: both quantize activations to int8 per block), so int4 tokens
+  should match ORT's as fp32 ones must.
 - transformers: the PyTorch model the files were built from, ``generate(do_sample=False,
   min_new_tokens=new)``, torch threads = cores, in the genai environment (transformers 5) as a
   subprocess whose numbers are read back. PyTorch has no MatMulNBits kernel: its fp32 figure is

@@ -1,33 +1,14 @@
-"""One 4-bit MatMulNBits product at a decoder's real shapes: Transmuter's compiled op, candidate
-XLA formulations of it, and onnxruntime's kernel at accuracy_level 0 and 4, in alternating rounds.
+"""One MatMulNBits product at decoders' real shapes: Transmuter's compiled op (the native kernel on
+CPU, backends/jax_kernels.py), its pure-XLA path, and onnxruntime's kernel, at the same
+accuracy_level, in alternating rounds; ratios onnxruntime / ours (above 1: ours is faster).
 
-    python bench/matmul_nbits.py [--shapes 960x576,576x576,1536x576,576x1536,49152x576]
-                                 [--rows 1,8] [--block 32] [--rounds 5]
+    python bench/matmul_nbits.py [--models smollm2,qwen3] [--rows 1,4,16] [--level 4]
+                                 [--bits 4] [--block 32] [--rounds 5]
 
-Default shapes are SmolLM2-135M's as onnxruntime-genai's builder writes them (qkv fused to
-N=960, o_proj, gate/up, down, the tied lm_head; block 32, symmetric, accuracy_level 4). Each
-candidate is first compared with its reference and the script stops if it disagrees:
-- ``ours``: Transmuter's MatMulNBits op under jax.jit with its load-time uint32 words (the
-  product alone: transmuter.compile of the one-node graph adds its per-call host work), vs
-  level 0;
-- ``int8_act``: onnxruntime's level-4 math (MLAS SQNBitGemm CompInt8: A quantized per block to
-  int8 with scale max|a| / 127, round to nearest even; int8 x int4 dots summed in int32, then
-  times both block scales), as a blocked int8 dot_general on int8 (q - zp) weights stored
-  (n_blocks, N, block) at load, vs level 4;
-- ``int8_w``: (q - zp) stored as int8 at load (1 byte a weight), converted and scaled in the
-  fused dot, vs level 0;
-- ``f32_w``: the weight dequantized to f32 at load (what the fp32 file costs), vs level 0.
-Times are the best of ``--rounds`` rounds of 20 calls, in microseconds, with the load average.
-
-What it showed (2 cores at load 10-12, AVX2 without VNNI, jaxlib 0.10; default command):
-- one row: ``ours`` within noise of ``int8_w`` and ``f32_w`` (the products are not limited by
-  the unpacking alone), ``int8_act`` 1.3-20x slower than ``ours`` (XLA emits no fast int8
-  batched matvec), onnxruntime level 4 2.2-4.8x faster than ``ours`` on layer weights and
-  1.2x on the lm_head;
-- 8 rows: ``int8_act`` 2.0-4.5x faster than ``ours`` (960x576 1150 -> 514 us, 1536x576
-  3204 -> 708, lm_head 117 -> 73 ms), about onnxruntime level 4's speed;
-- in the whole SmolLM2 q4 decode step, ``int8_w`` storage made batch 1 slower (0.72x, same
-  process A/B of the text-generation pipeline), so a product alone does not predict the step."""
+Shapes are SmolLM2-135M's and Qwen3-0.6B's as onnxruntime-genai's builder writes them (q/k/v
+fused, gate and up, down, o_proj, the lm_head; block 32, zero points). Each candidate is first
+compared with onnxruntime at the same level and the script stops if one disagrees. Times are the
+best of ``--rounds`` rounds of 20 calls, in microseconds."""
 
 import argparse
 import os
@@ -37,60 +18,38 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import onnxruntime as ort
-from jax import lax
 from onnx import TensorProto, helper, numpy_helper
 
 from transmuter.backends.jax import JaxNamespace
-from transmuter.ops.contrib.quantized_matmul import matmul_nbits
+from transmuter.ops.contrib.quantized_matmul import as_float_zero_points, as_words, matmul_nbits
+from transmuter.ops.contrib.quantized_matmul import xla_nbits
 
-# Dots of dequantized weights go to YNNPACK in Transmuter's compiled graphs (backends/jax.py).
-YNN = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
-
-
-def weights(n, k, block, rng):
-    """Random 4-bit codes (N, n_blocks, block), block scales (N, n_blocks), zero point 8."""
-    q = rng.integers(0, 16, (n, k // block, block), dtype=np.uint8)
-    scales = (rng.random((n, k // block)) * 0.02 + 0.001).astype(np.float32)
-    return q, scales
+MODELS = {  # (N, K) of each product of a layer, then the lm_head
+    "smollm2": [(960, 576), (576, 576), (1536, 576), (576, 1536), (49152, 576)],
+    "qwen3": [(4096, 1024), (1024, 2048), (3072, 1024), (1024, 3072), (151936, 1024)],
+}
 
 
-def graph(q, scales, rows, level):
-    n, n_blocks, block = q.shape
-    packed = q[..., 0::2] | (q[..., 1::2] << 4)
-    node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft",
-                            K=n_blocks * block, N=n, bits=4, block_size=block,
+def graph(b, scales, zp, *, n, k, bits, block, level):
+    node = helper.make_node("MatMulNBits", ["A", "B", "scales", "zp"], ["Y"],
+                            domain="com.microsoft", K=k, N=n, bits=bits, block_size=block,
                             accuracy_level=level)
-    a = helper.make_tensor_value_info("A", TensorProto.FLOAT, [rows, n_blocks * block])
+    a = helper.make_tensor_value_info("A", TensorProto.FLOAT, ["rows", k])
     g = helper.make_graph(
-        [node], "g", [a], [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [rows, n])],
-        [numpy_helper.from_array(packed, "B"), numpy_helper.from_array(scales.ravel(), "scales")])
+        [node], "g", [a], [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["rows", n])],
+        [numpy_helper.from_array(b, "B"), numpy_helper.from_array(scales, "scales"),
+         numpy_helper.from_array(zp, "zp")])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                                helper.make_opsetid("com.microsoft", 1)])
 
 
-def int8_act(a, wq, sw):
-    """ORT's CompInt8: wq int8 (n_blocks, N, block), sw f32 (n_blocks, N)."""
-    n_blocks, _, block = wq.shape
-    ab = jnp.transpose(a.reshape(a.shape[0], n_blocks, block), (1, 0, 2))
-    sa = jnp.max(jnp.abs(ab), axis=-1) / np.float32(127)
-    inv = jnp.where(sa > 0, 1 / jnp.where(sa > 0, sa, 1), 0)
-    aq = jnp.round(ab * inv[..., None]).astype(jnp.int8)
-    d = lax.dot_general(aq, wq, (((2,), (2,)), ((0,), (0,))), preferred_element_type=jnp.int32)
-    return jnp.sum(d.astype(jnp.float32) * sa[:, :, None] * sw[:, None, :], axis=0)
-
-
-def int8_w(a, wq, sw):
-    """wq int8 (N, n_blocks, block), sw (N, n_blocks): dequantized inside the fused dot."""
-    w = (wq.astype(jnp.float32) * sw[:, :, None]).reshape(wq.shape[0], -1)
-    return a @ w.T
-
-
-def f32_w(a, w, _):
-    return a @ w.T
+class Node:  # what the load-time weight transforms read
+    def __init__(self, attrs):
+        self.attrs, self.inputs, self.label = attrs, ["A", "B", "scales", "zp"], "MatMulNBits"
 
 
 def best_us(fn, rounds, calls=20):
-    fn()
+    jax.block_until_ready(fn())
     best = float("inf")
     for _ in range(rounds):
         start = time.perf_counter()
@@ -101,61 +60,66 @@ def best_us(fn, rounds, calls=20):
     return best * 1e6
 
 
-def one_shape(n, k, rows, block, rounds):
+def one_shape(n, k, rows, args, sessions_options):
+    bits, block, level = args.bits, args.block, args.level
     rng = np.random.default_rng(0)
-    q, scales = weights(n, k, block, rng)
+    n_blocks = -(-k // block)
+    b = rng.integers(0, 256, (n, n_blocks, block * bits // 8), dtype=np.uint8)
+    scales = (rng.random((n, n_blocks)) * 0.02 + 0.001).astype(np.float32)
+    zp = rng.integers(0, 256, (n, -(-n_blocks * bits // 8)), dtype=np.uint8)
     a = rng.standard_normal((rows, k)).astype(np.float32)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = os.cpu_count()
-    sessions = {lvl: ort.InferenceSession(graph(q, scales, rows, lvl).SerializeToString(),
-                                          options, providers=["CPUExecutionProvider"])
-                for lvl in (0, 4)}
-    refs = {lvl: s.run(None, {"A": a})[0] for lvl, s in sessions.items()}
-    words = np.ascontiguousarray(q[..., 0::2] | (q[..., 1::2] << 4)).view("<u4")  # as_words
-    ours = jax.jit(lambda x, b, s: matmul_nbits(JaxNamespace(), x, b, s, K=k, N=n, bits=4,
-                                                   block_size=block), compiler_options=YNN)
-    wq = (q.astype(np.int16) - 8).astype(np.int8)
-    candidates = {  # name: (function of A, reference level)
-        "ours": (ours, 0, jnp.asarray(words), jnp.asarray(scales)),
-        "int8_act": (jax.jit(int8_act, compiler_options=YNN), 4,
-                     jnp.asarray(np.transpose(wq, (1, 0, 2))), jnp.asarray(scales.T)),
-        "int8_w": (jax.jit(int8_w, compiler_options=YNN), 0, jnp.asarray(wq),
-                   jnp.asarray(scales)),
-        "f32_w": (jax.jit(f32_w, compiler_options=YNN), 0,
-                  jnp.asarray((wq * scales[:, :, None]).reshape(n, k)), None),
-    }
-    calls = {f"ort{lvl}": (lambda s=s: s.run(None, {"A": a})) for lvl, s in sessions.items()}
-    for name, (fn, level, *args) in candidates.items():
-        call = lambda fn=fn, args=args: fn(a, *args)  # noqa: E731
-        ref = refs[level]
-        err = float(np.abs(np.asarray(call()) - ref).max() / np.abs(ref).max())
-        # f32 products of K <= 1536 terms: ~1e-6 of the largest output; int8_act equals level 4
-        # in integers and differs only in the f32 scaling and sums
-        if err > 1e-5:
+    model = graph(b, scales, zp, n=n, k=k, bits=bits, block=block, level=level)
+    session = ort.InferenceSession(model.SerializeToString(), sessions_options,
+                                   providers=["CPUExecutionProvider"])
+    ref = session.run(None, {"A": a})[0]
+    attrs = dict(K=k, N=n, bits=bits, block_size=block)
+    node = Node(attrs)
+    words, zpf = jnp.asarray(as_words(b, node)), jnp.asarray(as_float_zero_points(zp, node))
+    xp, s = JaxNamespace(), jnp.asarray(scales)
+    ours = jax.jit(lambda x: matmul_nbits(xp, x, words, s, zpf, accuracy_level=level, **attrs))
+    xla = jax.jit(lambda x: xla_nbits(xp, x, words, s, zpf, g_idx=None, k=k, n=n, bits=bits,
+                                      block_size=block))
+    calls = {"ort": lambda: session.run(None, {"A": a})[0], "ours": lambda: ours(a),
+             "xla": lambda: xla(a)}
+    # ours equals onnxruntime at the same level up to f32 sums (~1e-6 of the largest output);
+    # the XLA path computes level 0 (A not quantized), 1e-2 from level 4's int8 rounding
+    for name, tol in (("ours", 1e-5), ("xla", 1e-5 if level != 4 else 3e-2)):
+        err = float(np.abs(np.asarray(calls[name]()) - ref).max() / np.abs(ref).max())
+        if err > tol:
             raise SystemExit(f"{name} at {n}x{k}, {rows} rows: {err:.1e} from onnxruntime "
                              f"level {level}; not timing")
-        calls[name] = call
-    times = {name: float("inf") for name in calls}
-    for _ in range(rounds):  # peers alternate: the machine's speed drifts between rounds
+    times = dict.fromkeys(calls, float("inf"))
+    for _ in range(args.rounds):  # peers alternate: the machine's speed drifts between rounds
         for name, call in calls.items():
             times[name] = min(times[name], best_us(call, 1))
-    cells = "  ".join(f"{name} {t:7.0f}" for name, t in times.items())
-    print(f"N={n:>5} K={k:>4} rows={rows}  {cells}   ours/ort4 "
-          f"{times['ours'] / times['ort4']:.1f}x  load {os.getloadavg()[0]:.1f}", flush=True)
+    cells = "  ".join(f"{name} {t:8.0f}" for name, t in times.items())
+    print(f"N={n:>6} K={k:>4} rows={rows:>2}  {cells}   ort/ours {times['ort'] / times['ours']:.2f}"
+          f"  xla/ours {times['xla'] / times['ours']:.2f}", flush=True)
+    return times["ort"] / times["ours"]
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shapes", default="960x576,576x576,1536x576,576x1536,49152x576")
-    parser.add_argument("--rows", default="1,8")
+    parser.add_argument("--models", default="smollm2,qwen3")
+    parser.add_argument("--shapes", default="", help="NxK,... instead of the models' shapes")
+    parser.add_argument("--rows", default="1,4,16")
+    parser.add_argument("--level", type=int, default=4)
+    parser.add_argument("--bits", type=int, default=4)
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    print(f"microseconds per product, best of {args.rounds} rounds; {os.cpu_count()} cores")
-    for shape in args.shapes.split(","):
-        n, k = (int(v) for v in shape.split("x"))
-        for rows in (int(r) for r in args.rows.split(",")):
-            one_shape(n, k, rows, args.block, args.rounds)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count()
+    from transmuter import kernels
+    print(f"microseconds per product, best of {args.rounds} rounds; {os.cpu_count()} cores; "
+          f"kernels: {kernels.instruction_set() or 'off (' + kernels.why_off() + ')'}; "
+          f"bits {args.bits}, block {args.block}, accuracy_level {args.level}")
+    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+              if args.shapes else [s for m in args.models.split(",") for s in MODELS[m]])
+    ratios = [one_shape(n, k, rows, args, options) for n, k in shapes
+              for rows in (int(r) for r in args.rows.split(","))]
+    print(f"ort/ours: min {min(ratios):.2f}, geometric mean "
+          f"{float(np.exp(np.mean(np.log(ratios)))):.2f}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ The model (random LlamaConfig: 12 layers, hidden 512, 8 heads / 4 KV heads, MLP 
 16384) is built on first run by onnxruntime-genai's model builder (fp32 and int4, CPU), in the
 genai environment ($TRANSMUTER_GENAI_PYTHON, default /work/venvs/genai/bin/python: transformers 5,
 torch CPU, no network), into $TRANSMUTER_BENCH_CACHE (default ~/.cache/transmuter-bench). The int4
-graph is used as built (MatMulNBits accuracy_level 4: onnxruntime quantizes activations to int8;
-Transmuter treats it as 0 and dequantizes in the graph).
+graph is used as built (MatMulNBits accuracy_level 4: both onnxruntime and Transmuter quantize
+activations to int8 per block).
 
 The loop: a prompt step (batch 1, cache empty), then --new one-token steps. The KV cache is a fixed
 buffer of prompt + new positions (GroupQueryAttention reads attention_mask only through its row

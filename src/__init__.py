@@ -7,10 +7,11 @@
     classify = transmuter.pipeline("text-classification", "org/name-or-folder")
     transmuter.save(model, "tuned.onnx", params=trained)   # fine-tuned weights, same graph
 
-The layers, bottom up, are folders (docs/architecture.md): backends, ops, engine, hub,
+The layers, bottom up, are folders (docs/architecture.md): backends, ops, engine, hub, debug,
 preprocess, generation, serving, pipelines, training, integrations.
 """
 
+from . import debug
 from .engine.compiled import compile
 from .engine.model import Model
 from .engine.run import run

@@ -1,8 +1,6 @@
 """The ``transmuter`` command line.
 
     transmuter run TASK MODEL [TEXT ...] [--input FILE|DIR] [--output out.jsonl] [--batch-size N]
-    transmuter warmup TASK MODEL [EXAMPLE ...] [--input FILE|DIR] [--batch-sizes 1,8,32]
-                      [--max-length N]
 
 Streams texts through ``transmuter.pipeline(TASK, MODEL)`` with a progress bar and writes one JSON
 line per input: ``{"input": ..., "output": ...}`` (plus ``"file"`` for inputs read from files).
@@ -17,15 +15,33 @@ a folder beside the output (``out.jsonl`` -> ``out_files/``), and the JSON line 
 Audio results (text-to-speech: ``{"audio", "sampling_rate"}``) are written as WAV files there;
 ``--output hello.wav`` writes the audio of its one input to that file instead of JSON lines.
 
-``warmup`` compiles the shapes a workload will meet into the persistent compilation cache
+An input that cannot be read or prepared (a corrupt image, a file that is not audio) stops the
+run with its error (exit status 2); ``--on-error skip`` writes its line with ``"error"`` instead
+of ``"output"`` and goes on, and the run ends with exit status 1 when any input failed.
+
+    transmuter diff MODEL [--inputs file.npz | --task TASK --example TEXT] [--rtol R] [--atol A]
+
+Runs the ONNX graph (a file, a folder or a Hub id with --variant / --file) in Transmuter and in
+onnxruntime on the same inputs and prints the first node whose outputs differ: its op,
+attributes, inputs, the size of the difference and the path from the input (docs/debugging.md).
+Inputs come from an .npz file (one array per graph input) or from a task's own preprocessing of
+an example (a text, an image path, an audio path). Exit status 1 when a node differs, 0 when
+none does.
+
+    transmuter coverage {select,record,run,matrix} [--dir coverage] [--offline] ...
+
+The coverage matrix (docs/coverage.md): select the most downloaded ONNX repos per task from the
+Hub's model list, record onnxruntime's outputs on each task's fixed input, run each case through
+Transmuter compiled, and print the Markdown matrix and the list of tested models.
+
+    transmuter warmup TASK MODEL [EXAMPLE ...] [--input FILE|DIR] [--batch-sizes 1,8,32]
+                      [--max-length N]
+
+Compiles the shapes a workload will meet into the persistent compilation cache
 (docs/compile-cache.md), so that the next process (a service, a Docker image's) compiles
 nothing: text tasks every row count up to --batch-size times every length bucket up to
 --max-length (or the longest EXAMPLE's), other tasks their EXAMPLEs (paths of images or clips)
 at each row count (``pipe.warmup``).
-
-An input that cannot be read or prepared (a corrupt image, a file that is not audio) stops the
-run with its error (exit status 2); ``--on-error skip`` writes its line with ``"error"`` instead
-of ``"output"`` and goes on, and the run ends with exit status 1 when any input failed.
 """
 
 import argparse
@@ -44,12 +60,13 @@ class UsageError(Exception):
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    if args.command not in ("run", "warmup"):
+    commands = {"run": _run, "warmup": _warmup, "diff": _diff, "coverage": _coverage}
+    if args.command not in commands:
         _parser().print_help()
         return 2
     from .errors import TransmuterError
     try:
-        return _run(args) if args.command == "run" else _warmup(args)
+        return commands[args.command](args)
     except (TransmuterError, UsageError, OSError) as e:
         # one line, no traceback: the messages name what is wrong and where
         print(f"transmuter: {e}", file=sys.stderr)
@@ -121,6 +138,59 @@ def _warmup(args):
     return 0
 
 
+def _diff(args):
+    from .debug import first_divergence
+    from .hub.load import load
+    if (args.inputs is None) == (args.task is None):
+        raise UsageError("diff takes --inputs FILE.npz, or --task TASK with --example INPUT")
+    if args.task is not None and args.example is None:
+        raise UsageError(f"--task {args.task} needs --example: a text, or an image or audio path")
+    if args.inputs is not None:
+        model = load(args.model, args.file, backend=args.backend, variant=args.variant) \
+            if args.file else args.model
+        feed = _npz(args.inputs)
+    else:
+        from .pipelines import pipeline
+        pipe = pipeline(args.task, args.model, backend=args.backend, variant=args.variant)
+        model, feed = pipe.model, pipe.model_feed(args.example)
+    report = first_divergence(model, feed, rtol=args.rtol, atol=args.atol, backend=args.backend,
+                              variant=args.variant)
+    print(report)
+    return 1 if report.found else 0
+
+
+def _coverage(args):
+    from . import coverage
+    if args.step == "select":
+        if args.offline:
+            raise UsageError("select lists models on the Hub; offline, copy the cases.json made "
+                             "where the Hub is reachable into --dir")
+        tasks = args.tasks.split(",") if args.tasks else coverage.TASKS
+        found = coverage.select(tasks, args.per_task)
+        path = coverage.cases.write(args.dir, "cases.json", found)
+        print(f"{len(found)} repos, {sum(len(g['variants']) for g in found)} cases: {path}")
+    elif args.step == "record":
+        coverage.record(args.dir, offline=args.offline)
+    elif args.step == "run":
+        results = coverage.check(args.dir, backend=args.backend, offline=args.offline)
+        return 0 if all(r["status"] == "pass" for r in results) else 1
+    else:
+        text = coverage.matrix(args.dir)
+        if args.output:
+            pathlib.Path(args.output).write_text(text)
+        print(text, end="")
+    return 0
+
+
+def _npz(path):
+    import numpy as np
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return {name: arrays[name] for name in arrays.files}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--inputs {path}: not an .npz file of arrays ({e})") from None
+
+
 def _write_wav(pipe, records, path):
     """--output NAME.wav: the audio of the one input, as a float32 WAV file."""
     import itertools
@@ -180,6 +250,26 @@ def _parser():
     warm.add_argument("--variant", help="ONNX variant: fp32, fp16, q8, q4, ...")
     warm.add_argument("--options", help='task options as JSON, e.g. \'{"max_new_tokens": 64}\'')
     warm.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    diff = sub.add_parser("diff", help="the first node whose values differ from onnxruntime's")
+    diff.add_argument("model", help="an .onnx file, a Hub id (org/name) or a local folder")
+    diff.add_argument("--inputs", help="an .npz file: one array per graph input, by name")
+    diff.add_argument("--task", help="make the inputs with this task's preprocessing")
+    diff.add_argument("--example", help="the input to preprocess: a text, an image or audio path")
+    diff.add_argument("--file", help="the ONNX file inside the repo (e.g. onnx/decoder.onnx)")
+    diff.add_argument("--variant", help="ONNX variant of a repo: fp32, fp16, q8, q4, ...")
+    diff.add_argument("--backend", default="jax", choices=["jax", "mlx"])
+    diff.add_argument("--rtol", type=float, default=1e-4)
+    diff.add_argument("--atol", type=float, default=1e-4)
+    cover = sub.add_parser("coverage", help="which Hub models run: select, record, run, matrix")
+    cover.add_argument("step", choices=["select", "record", "run", "matrix"])
+    cover.add_argument("--dir", default="coverage", help="the folder every step reads and writes")
+    cover.add_argument("--tasks", help="select: comma-separated tasks (default: every task "
+                                       "with one model feed per input)")
+    cover.add_argument("--per-task", type=int, default=5, help="select: repos per task")
+    cover.add_argument("--offline", action="store_true",
+                       help="record, run: read huggingface_hub's cache only (filled elsewhere)")
+    cover.add_argument("--backend", default="jax", choices=["jax", "mlx"], help="run: backend")
+    cover.add_argument("--output", "-o", help="matrix: also write the Markdown here")
     return parser
 
 

@@ -2,6 +2,9 @@
 
 - ``GET /api/models/{org}/{name}[/revision/{rev}]`` -> ``{"id", "sha", "siblings": [...]}``
   (hf_api.py ``model_info``);
+- ``GET /api/models?filter=TAG&pipeline_tag=TASK&sort=downloads&limit=N`` -> the repos that have
+  every tag and the task, most downloaded first, one page (hf_api.py ``list_models``; the
+  ``tags``, ``pipeline_tag`` and ``downloads`` of ``add``);
 - ``HEAD|GET /{org}/{name}/resolve/{rev}/{path}`` -> regular files with ``ETag`` (git blob sha1),
   ``X-Repo-Commit`` and ``Content-Length``; LFS-like files (``.onnx``, external data) answer
   ``302`` to a second "CDN" server (another port, hence another origin) with ``X-Linked-Etag``
@@ -25,7 +28,7 @@ import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
@@ -77,13 +80,17 @@ class FakeHub:
         self.ports = (0, 0)
 
     # --- content ---
-    def add(self, repo_id, files, *, revision="main", gated=False, private=False) -> str:
-        """Serve ``files`` ({path: bytes}) as ``revision`` of ``repo_id``; return its commit."""
+    def add(self, repo_id, files, *, revision="main", gated=False, private=False, tags=(),
+            pipeline_tag=None, downloads=0) -> str:
+        """Serve ``files`` ({path: bytes}) as ``revision`` of ``repo_id``; return its commit.
+        ``tags`` (libraries among them: "onnx", "transformers.js"), ``pipeline_tag`` and
+        ``downloads`` are what the model list filters and sorts on."""
         files = {p: (d.encode() if isinstance(d, str) else d) for p, d in files.items()}
         digest = hashlib.sha1(repr(sorted((p, git_sha1(d)) for p, d in files.items())).encode())
         commit = digest.hexdigest()
         repo = self.repos.setdefault(repo_id, {"refs": {}, "commits": {}})
-        repo.update(gated=gated, private=private)
+        repo.update(gated=gated, private=private, tags=list(tags), pipeline_tag=pipeline_tag,
+                    downloads=downloads)
         repo["refs"][revision] = commit
         repo["commits"][commit] = files
         for data in files.values():
@@ -246,6 +253,9 @@ class _HubHandler(_Handler):
     def _handle(self, head):
         fake = self.server.fake
         parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
+        if parts == ["api", "models"]:
+            fake.log.append(("hub", "LIST", None))
+            return self.list_models(parse_qs(urlsplit(self.path).query), head)
         if parts[:2] == ["api", "models"] and len(parts) >= 4:
             fake.log.append(("hub", "API", None))
             if self.fault("api", None, head) is True:
@@ -280,6 +290,28 @@ class _HubHandler(_Handler):
                 "gated": "auto" if repo["gated"] else False,
                 "siblings": [{"rfilename": p} for p in sorted(files)]}
         self.send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
+
+    def list_models(self, query, head):
+        """The public repos with every ``filter`` tag and the ``pipeline_tag``, sorted by
+        ``downloads`` (the only sort served), at most ``limit``, with their files."""
+        fake, tags = self.server.fake, set(query.get("filter", []))
+        task = query.get("pipeline_tag", [None])[0]
+        if query.get("sort", ["downloads"])[0] != "downloads":
+            return self.error(400, None, "the fake Hub sorts by downloads only", head)
+        found = [(repo_id, repo) for repo_id, repo in fake.repos.items()
+                 if not repo["private"] and tags <= set(repo["tags"])
+                 and task in (None, repo["pipeline_tag"])]
+        found.sort(key=lambda item: -item[1]["downloads"])
+        limit = int(query.get("limit", [len(found)])[0])
+        items = []
+        for repo_id, repo in found[:limit]:
+            commit, files = fake.files_at(repo_id, "main")
+            items.append({"id": repo_id, "modelId": repo_id, "sha": commit,
+                          "downloads": repo["downloads"], "pipeline_tag": repo["pipeline_tag"],
+                          "tags": repo["tags"], "private": False,
+                          "library_name": repo["tags"][0] if repo["tags"] else None,
+                          "siblings": [{"rfilename": p} for p in sorted(files)]})
+        self.send(200, json.dumps(items).encode(), {"Content-Type": "application/json"}, head)
 
     def resolve(self, repo_id, revision, path, head, fault=None):
         repo = self.repo(repo_id, head)

@@ -28,6 +28,10 @@ class Namespace:
         waits for ``y`` (see JaxNamespace). Eager namespaces run in program order already."""
         return x
 
+    def stop_gradient(self, x):
+        """``x``, seen as a constant by differentiation (namespaces without it have none)."""
+        return x
+
     def softmax(self, x, axis=-1):
         e = self.exp(x - self.max(x, axis=axis, keepdims=True))
         return e / self.sum(e, axis=axis, keepdims=True)

@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 
 from . import NotConcrete, common
-from . import compile_cache
+from . import compile_cache, jax_kernels
 from ..errors import InputError
 
 
@@ -38,6 +38,13 @@ class JaxNamespace(common.Namespace):
         first = lax.bitcast_convert_type(jnp.ravel(y)[:1].astype(jnp.float32), jnp.uint32)
         zero = jnp.minimum(first, jnp.uint32(0))
         return x | zero.astype(x.dtype).reshape((1,) * x.ndim)
+
+    def stop_gradient(self, x):
+        return lax.stop_gradient(x)
+
+    def nbits_kernel(self, a, b, scales, zero_points, reference, **sizes):
+        """MatMulNBits through the native kernel (backends/jax_kernels.py), or None."""
+        return jax_kernels.matmul_nbits(a, b, scales, zero_points, reference, **sizes)
 
     def softmax(self, x, axis=-1):
         return _softmax(x, axis)

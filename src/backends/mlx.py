@@ -81,6 +81,9 @@ class MlxNamespace(common.Namespace):
     def asarray(self, x, dtype=None):
         return to_mx(x, dtype)
 
+    def stop_gradient(self, x):
+        return mx.stop_gradient(x)
+
     def astype(self, x, dtype):
         return to_mx(x).astype(mx_dtype(dtype))
 

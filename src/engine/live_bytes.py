@@ -57,7 +57,8 @@ class LiveBytes:
         self.held, self.total = {}, 0
 
     def count(self, index, node, env):
-        """Add what ``node`` (node ``index``) made to the count; raise OpError past the limit."""
+        """Add what ``node`` (node ``index``) made to the count; raise OpError past the limit.
+        Return the names freed after it (none when ``ends`` is None)."""
         for name in node.outputs:
             if name and name not in self.held:
                 size = nbytes(env.get(name))
@@ -69,10 +70,13 @@ class LiveBytes:
                 f"together, past the {_size(self.limit)} this process may use "
                 "(the machine's memory, or what its address-space limit leaves; "
                 "TRANSMUTER_MAX_ARRAY_BYTES moves the limit): give a smaller batch or sequence")
+        freed = []
         if self.ends is not None:
             for name in self.ends.get(index, ()):
                 if name not in self.keep:
                     self.total -= self.held.pop(name, 0)
+                    freed.append(name)
+        return freed
 
 
 def _size(n):

@@ -22,7 +22,7 @@ from ..backends.numpy import XP as NP
 from ..errors import OpError, TransmuterError
 from .graph import Graph
 from .checks.indices import check_static
-from .live_bytes import LiveBytes
+from .live_bytes import LiveBytes, last_reads
 from ..ops.registry import NeedsStatic
 from ..ops.values import NeedsHost, is_static
 
@@ -63,13 +63,21 @@ class Runner:
             return [self.to_device(v) for v in value]
         return value
 
-    def run_graph(self, graph: Graph, env, start=0, stop=None):
+    def run_graph(self, graph: Graph, env, start=0, stop=None, on_node=None):
         """Run ``graph.nodes[start:stop]`` over the mapping ``env`` (updated in place). ``env``
-        keeps every value, so their bytes add up (engine/live_bytes.py refuses a sum past memory)."""
-        live = LiveBytes()
+        keeps every value, so their bytes add up (engine/live_bytes.py refuses a sum past memory).
+
+        ``on_node(node, env)``, when given, is called after each node, its inputs and outputs
+        still in ``env``; then the values no later node reads leave ``env`` (the graph's outputs
+        stay): a walk that looks at each value once holds only the live ones."""
+        live = LiveBytes() if on_node is None else \
+            LiveBytes(last_reads(graph.nodes), keep=graph.output_names)
         for index, node in enumerate(graph.nodes[start:stop], start):
             self.run_node(node, env)
-            live.count(index, node, env)
+            if on_node is not None:
+                on_node(node, env)
+            for name in live.count(index, node, env):
+                env.pop(name, None)
         return env
 
     def run_node(self, node, env):

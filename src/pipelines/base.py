@@ -259,6 +259,16 @@ class Pipeline:
 
     # --- the model -----------------------------------------------------------------------------
 
+    def model_feed(self, inputs, **kwargs):
+        """The feed (name -> array) this pipeline gives ``self.model`` for one input: its first
+        chunk, one row, made by the task's own preprocessing (``transmuter diff --task`` and
+        ``transmuter coverage`` run the graph on it)."""
+        pre = self._sanitize_parameters(**{**self._defaults, **kwargs})[0]
+        chunks = list(self.preprocess(inputs, **pre))
+        if not chunks or self.featurizer is None:
+            raise PipelineError(f"{self.task} makes no model feed for {inputs!r:.80}")
+        return self._feed(chunks[:1])
+
     def _forward(self, chunks, **params):
         """Run the graph on the padded chunks; each chunk's dict gains its rows of the outputs."""
         out = self._run_model(self._feed(chunks))

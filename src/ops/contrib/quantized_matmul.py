@@ -4,7 +4,11 @@ DynamicQuantizeMatMul, MatMulIntegerToFloat.
 Packed weights stay packed where they live (MatMulNBits' as uint32 words, see as_words); they
 are unpacked by shifts and masks inside the op, so a compiled graph dequantizes on the fly and
 XLA fuses it into the matmul.
-``accuracy_level`` is read as 0: the weights are dequantized to the activation type in f32."""
+MatMulNBits computes ``accuracy_level`` as onnxruntime's CPU kernel does: at 4, A is quantized to
+int8 per block (int8_blocks); at 0-3, W is dequantized and multiplied in f32. On the JAX CPU
+backend a native kernel (``xp.nbits_kernel``, backends/jax_kernels.py) takes the product."""
+
+import functools
 
 import numpy as np
 
@@ -192,6 +196,41 @@ def native_nbits(xp, a, b, scales, zero_points, g_idx, *, k, n, bits, block_size
                   bits=bits)
 
 
+def int8_blocks(xp, a, block_size):
+    """A as onnxruntime's accuracy_level 4 sees it (MLAS QuantizeARow_CompInt8): per block of K,
+    scale max|a| / 127 and values round(a * (127 / max|a|)) (to nearest even), here times the
+    scale again, in f32. Each product of an int8 value and a dequantized weight is then exact,
+    so the f32 dot equals MLAS's int32 one up to the order of its sums. A NaN or inf makes its
+    block NaN. Gradients pass straight through (the rounding has none)."""
+    k = a.shape[-1]
+    n_blocks = -(-k // block_size)
+    lead = tuple(a.shape[:-1])
+    af = f32(xp, a)
+    blocks = xp.pad(af, [(0, 0)] * len(lead) + [(0, n_blocks * block_size - k)])
+    blocks = xp.reshape(blocks, lead + (n_blocks, block_size))
+    amax = xp.max(xp.abs(blocks), axis=-1, keepdims=True)
+    inverse = xp.where(amax > 0, xp.asarray(np.float32(127)) / xp.where(amax > 0, amax, 1),
+                       np.float32(0))
+    q = xp.clip(xp.round(blocks * inverse), -128, 127) * (amax / np.float32(127))
+    q = xp.reshape(q, lead + (n_blocks * block_size,))[..., :k]
+    return af + xp.stop_gradient(q - af)
+
+
+def xla_nbits(xp, a, b, scales, zero_points, *, g_idx, k, n, bits, block_size, accuracy_level=0):
+    """A @ W^T in f32 as array operations: the reference of the native kernel and its fallback.
+    W is dequantized to f32; at accuracy_level 4, A is quantized to int8 as onnxruntime does."""
+    if accuracy_level == 4:
+        a = int8_blocks(xp, a, block_size)
+    if _rows(a) > ROWWISE_MAX_M:
+        # dequantize each weight when its input is ready: else XLA dequantized a prompt's
+        # weights all at once, first (a 12-layer model's 230 MB of f32, in pages mapped
+        # fresh on every call: 46,000 page faults, prompt of 64 tokens 255 -> 206 ms)
+        b = xp.after(b, a)
+    rowwise = n * k >= ROWWISE_MIN_WEIGHTS
+    return xp.concatenate([nbits_product(xp, f32(xp, a), w, rowwise) for w in _dequantized_chunks(
+        xp, b, scales, zero_points, g_idx, k=k, n=n, bits=bits, block_size=block_size)], axis=-1)
+
+
 def check_zero_points(shape, packed, *, n, n_blocks, bits):
     """Packed (uint8) zero points hold ceil(n_blocks * bits / 8) bytes per row, float ones
     n_blocks values, in one of ONNX Runtime's two layouts (matmul_nbits.cc PrePack; fuzz
@@ -239,18 +278,17 @@ def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K
     if zero_points is not None:
         check_zero_points(zero_points.shape, xp.dtype_of(zero_points) == np.uint8, n=N,
                           n_blocks=-(-K // block_size), bits=bits)
-    y = native_nbits(xp, a, b, scales, zero_points, g_idx, k=K, n=N, bits=bits,
-                     block_size=block_size)
+    sizes = dict(k=K, n=N, bits=bits, block_size=block_size)
+    level = 4 if accuracy_level == 4 else 0  # 1-3 compute in f32 on CPUs, as 0
+    y = native_nbits(xp, int8_blocks(xp, a, block_size) if level == 4 else a, b, scales,
+                     zero_points, g_idx, **sizes)
+    kernel = getattr(xp, "nbits_kernel", None)
+    if y is None and kernel is not None and g_idx is None:
+        # the backward pass differentiates the f32 product (straight through A's rounding)
+        y = kernel(a, b, scales, zero_points, functools.partial(xla_nbits, xp, g_idx=None, **sizes),
+                   accuracy_level=level, **sizes)
     if y is None:
-        if _rows(a) > ROWWISE_MAX_M:
-            # dequantize each weight when its input is ready: else XLA dequantized a prompt's
-            # weights all at once, first (a 12-layer model's 230 MB of f32, in pages mapped
-            # fresh on every call: 46,000 page faults, prompt of 64 tokens 255 -> 206 ms)
-            b = xp.after(b, a)
-        rowwise = N * K >= ROWWISE_MIN_WEIGHTS
-        y = xp.concatenate([nbits_product(xp, f32(xp, a), w, rowwise) for w in _dequantized_chunks(
-            xp, b, scales, zero_points, g_idx, k=K, n=N, bits=bits, block_size=block_size)],
-            axis=-1)
+        y = xla_nbits(xp, a, b, scales, zero_points, g_idx=g_idx, accuracy_level=level, **sizes)
     if bias is not None:
         y = y + f32(xp, bias)
     return xp.astype(y, xp.dtype_of(a))

@@ -1,0 +1,75 @@
+"""The JAX CPU backend's native primitives: kernels/ (C, through ``jax.ffi``) where they apply,
+else None, and the caller takes its pure-JAX path, which stays the reference and the fallback.
+
+Each primitive lowers to the kernel on CPU only (``lax.platform_dependent``: GPU and TPU compile
+the reference, where XLA fuses the dequantization into the product itself), and differentiates
+through the reference (``custom_vjp``: the backward pass uses the dequantized weights; quantized
+weights have no gradients)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .. import kernels
+
+_TARGETS = {"transmuter_matmul_nbits": "TransmuterMatMulNBits"}
+_registered = set()
+
+# Rows of A up to which MatMulNBits goes to the kernel. Past it XLA's path (the weight dequantized
+# once, then a GEMM) wins: see bench/matmul_nbits.py.
+NBITS_MAX_ROWS = 64
+
+
+def _target(name):
+    """``name``'s FFI target registered with JAX, or None where the kernels are off."""
+    lib = kernels.library()
+    if lib is None:
+        return None
+    if name not in _registered:
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, _TARGETS[name])),
+                                    platform="cpu")
+        _registered.add(name)
+    return name
+
+
+def _with_reference(kernel, reference, *args):
+    """kernel(*args) on CPU, reference(*args) elsewhere; gradients through the reference."""
+    def call(*xs):
+        return lax.platform_dependent(*xs, cpu=kernel, default=reference)
+
+    f = jax.custom_vjp(call)
+    f.defvjp(lambda *xs: (call(*xs), xs), lambda xs, g: jax.vjp(reference, *xs)[1](g))
+    return f(*args)
+
+
+def matmul_nbits(a, b, scales, zero_points, reference, *, k, n, bits, block_size,
+                 accuracy_level):
+    """MatMulNBits' A (..., K) @ W^T (no bias) through the kernel, or None where it does not
+    apply: bits other than 4 and 8, packed (uint8) zero points (the loader turns an
+    initializer's into floats), more rows than NBITS_MAX_ROWS, or kernels off.
+    ``reference(a, b, scales, zero_points)`` is the pure-JAX product."""
+    target = _target("transmuter_matmul_nbits")
+    lead = tuple(a.shape[:-1])
+    rows = int(np.prod(lead, dtype=np.int64))
+    if (target is None or bits not in (4, 8) or rows > NBITS_MAX_ROWS or rows == 0
+            or (zero_points is not None and not jnp.issubdtype(zero_points.dtype, jnp.floating))
+            or b.dtype not in (jnp.uint8, jnp.uint32)):
+        return None
+    n_blocks = -(-k // block_size)
+    has_zp = zero_points is not None
+    zp = (jnp.reshape(zero_points, (n, n_blocks)).astype(jnp.float32) if has_zp
+          else jnp.zeros((0,), jnp.float32))
+
+    def kernel(a, b, scales, zp):
+        out = jax.ShapeDtypeStruct(lead + (n,), jnp.float32)
+        return jax.ffi.ffi_call(target, out)(
+            a.astype(jnp.float32), b, jnp.reshape(scales, (n, n_blocks)).astype(jnp.float32),
+            zp, n=np.int64(n), k=np.int64(k), bits=np.int64(bits),
+            block_size=np.int64(block_size),
+            accuracy_level=np.int64(4 if accuracy_level == 4 else 0), has_zero_points=has_zp)
+
+    def ref(a, b, scales, zp):
+        return reference(a, b, scales, zp if has_zp else None).astype(jnp.float32)
+
+    return _with_reference(kernel, ref, a, b, scales, zp)

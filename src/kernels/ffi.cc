@@ -1,0 +1,113 @@
+// XLA FFI handlers of the native kernels (jax.ffi.ffi_call targets, registered by
+// backends/jax_kernels.py). C++ only because XLA's FFI header is; the kernels are C.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+extern "C" {
+#include "kernels.h"
+}
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+const tm_nbits_kernels *Kernels() {
+  static const tm_nbits_kernels *kernels = tm_nbits_select();
+  return kernels;
+}
+
+// Runs fn(begin, end) over [0, n) in pieces of `grain`, on the caller and XLA's intra-op pool.
+// Work is claimed piece by piece, so a pool busy elsewhere only means the caller does more; the
+// shared counters outlive the call (a task the pool starts late finds nothing left to do).
+template <typename F>
+void ParallelFor(ffi::ThreadPool &pool, int64_t n, int64_t grain, F fn) {
+  int64_t pieces = (n + grain - 1) / grain;
+  int64_t helpers = std::min<int64_t>(pool.num_threads(), pieces - 1);
+  if (helpers <= 0) {
+    fn(0, n);
+    return;
+  }
+  struct State {
+    std::atomic<int64_t> next{0}, done{0};
+  };
+  auto state = std::make_shared<State>();
+  auto work = [state, n, grain, pieces, fn]() {
+    for (int64_t p; (p = state->next.fetch_add(1)) < pieces;) {
+      fn(p * grain, std::min(n, (p + 1) * grain));
+      state->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  for (int64_t i = 0; i < helpers; i++) pool.Schedule(decltype(work)(work));
+  work();
+  while (state->done.load(std::memory_order_acquire) < pieces) {
+    __builtin_ia32_pause();
+  }
+}
+
+// Below this many weight bytes x rows a product runs on the calling thread alone: waking the
+// pool cost more than it saved (measured in bench/matmul_nbits.py).
+constexpr int64_t kParallelWork = int64_t{1} << 16;
+
+ffi::Error MatMulNBits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBuffer b,
+                       ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> zero_points,
+                       ffi::ResultBuffer<ffi::F32> y, int64_t n, int64_t k, int64_t bits,
+                       int64_t block_size, int64_t accuracy_level, bool has_zero_points) {
+  const tm_nbits_kernels *kern = Kernels();
+  if (kern == nullptr) return ffi::Error::Internal("transmuter kernels: this CPU lacks AVX2/FMA");
+  int64_t m = k ? a.element_count() / k : 0;
+  if (m == 0 || n == 0) return ffi::Error::Success();
+  int64_t n_blocks = (k + block_size - 1) / block_size;
+  int64_t stride = (n_blocks * block_size + 63) / 64 * 64;  // whole spans of B (matmul_nbits.c)
+  const float *a_data = a.typed_data();
+  auto b_data = static_cast<const uint8_t *>(b.untyped_data());
+  const float *zp = has_zero_points ? zero_points.typed_data() : nullptr;
+  float *out = y->typed_data();
+  int64_t col_bytes = n_blocks * block_size * bits / 8;
+  int64_t grain = std::max<int64_t>(16, kParallelWork / std::max<int64_t>(1, col_bytes * m));
+  grain = (grain + 3) / 4 * 4;
+  int b_bits = static_cast<int>(bits);
+  if (accuracy_level == 4) {
+    std::vector<int8_t> xq(m * stride);
+    std::vector<float> ascale(m * n_blocks), blksum(m * n_blocks);
+    for (int64_t r = 0; r < m; r++) {
+      kern->prepare_int8(a_data + r * k, k, block_size, b_bits, xq.data() + r * stride,
+                         ascale.data() + r * n_blocks, blksum.data() + r * n_blocks);
+    }
+    ParallelFor(pool, n, grain, [&](int64_t n0, int64_t n1) {
+      kern->columns_int8(xq.data(), ascale.data(), blksum.data(), stride, m, b_data,
+                         scales.typed_data(), zp, out, n, k, block_size, b_bits, n0, n1);
+    });
+  } else {
+    std::vector<float> xp(m * stride);
+    for (int64_t r = 0; r < m; r++) {
+      kern->prepare_f32(a_data + r * k, k, b_bits, xp.data() + r * stride);
+    }
+    ParallelFor(pool, n, grain, [&](int64_t n0, int64_t n1) {
+      kern->columns_f32(xp.data(), stride, m, b_data, scales.typed_data(), zp, out, n, k,
+                        block_size, b_bits, n0, n1);
+    });
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TransmuterMatMulNBits, MatMulNBits,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("n")
+                                  .Attr<int64_t>("k")
+                                  .Attr<int64_t>("bits")
+                                  .Attr<int64_t>("block_size")
+                                  .Attr<int64_t>("accuracy_level")
+                                  .Attr<bool>("has_zero_points"));

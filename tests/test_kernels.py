@@ -1,0 +1,268 @@
+"""The native CPU kernels (src/kernels, backends/jax_kernels.py) against onnxruntime at the same
+accuracy_level and against the pure-JAX path, on random shapes and edge values; their build and
+their fallback.
+
+Tolerances: the kernel and onnxruntime compute the same integers (level 4: int8 activations times
+4/8-bit codes, exact in int32) or the same f32 products (levels 0-3); what differs is the order
+of the f32 sums over K <= 1000 terms and of the per-block scaling: ~1e-6 of the output's scale
+(measured 1.4e-7..3.4e-7), asserted at 1e-5."""
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import transmuter
+from transmuter import kernels
+from transmuter.backends import jax_kernels
+from transmuter.backends.jax import JaxNamespace
+from transmuter.kernels import build
+from transmuter.ops.contrib.quantized_matmul import (as_float_zero_points, as_words,
+                                                     matmul_nbits, xla_nbits)
+
+pytestmark = pytest.mark.skipif(kernels.library() is None,
+                                reason=f"native kernels off here: {kernels.why_off()}")
+TOL = 1e-5
+
+
+def nbits_case(rows, k, n, bits, block, zp, seed):
+    rng = np.random.default_rng(seed)
+    n_blocks = -(-k // block)
+    b = rng.integers(0, 256, (n, n_blocks, block * bits // 8), dtype=np.uint8)
+    scales = (rng.random((n, n_blocks)) * 0.05 + 0.001).astype(np.float32)
+    z = rng.integers(0, 256, (n, -(-n_blocks * bits // 8)), dtype=np.uint8) if zp else None
+    a = rng.standard_normal((rows, k)).astype(np.float32) * 3
+    return a, b, scales, z
+
+
+def ort_nbits(a, b, scales, z, *, k, n, bits, block, level):
+    names = ["A", "B", "scales"] + (["zp"] if z is not None else [])
+    inits = [numpy_helper.from_array(b, "B"), numpy_helper.from_array(scales.ravel(), "scales")]
+    if z is not None:
+        inits.append(numpy_helper.from_array(z.ravel(), "zp"))
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft", K=k, N=n,
+                            bits=bits, block_size=block, accuracy_level=level)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT,
+                                                                      list(a.shape))],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(None, {"A": a})[0]
+
+
+class Node:  # what the load-time weight transforms read
+    def __init__(self, k, n, bits, block):
+        self.attrs = dict(K=k, N=n, bits=bits, block_size=block)
+        self.inputs, self.label = ["A", "B", "scales", "zp"], "MatMulNBits"
+
+
+def ours(a, b, scales, z, *, k, n, bits, block, level, kernel=True):
+    """The op as the engine runs it: weights transformed at load, the op under jax.jit; with
+    ``kernel`` False, the pure-JAX path (the reference and fallback)."""
+    node = Node(k, n, bits, block)
+    words = jnp.asarray(as_words(b, node))
+    zf = None if z is None else jnp.asarray(as_float_zero_points(z, node))
+    xp = JaxNamespace()
+    if kernel:
+        fn = lambda x: matmul_nbits(xp, x, words, jnp.asarray(scales), zf,  # noqa: E731
+                                    K=k, N=n, bits=bits, block_size=block, accuracy_level=level)
+    else:
+        fn = lambda x: xla_nbits(xp, x, words, jnp.asarray(scales), zf, g_idx=None,  # noqa: E731
+                                 k=k, n=n, bits=bits, block_size=block, accuracy_level=level)
+    with jax.enable_x64(True):
+        return np.asarray(jax.jit(fn)(a))
+
+
+def rel(got, want):
+    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
+
+
+CASES = [  # rows, K, N, bits, block, zero points
+    (1, 576, 96, 4, 32, True), (4, 576, 64, 4, 32, False), (17, 100, 70, 4, 16, True),
+    (3, 48, 5, 4, 16, False), (64, 200, 33, 4, 64, True), (2, 130, 20, 4, 128, True),
+    (5, 300, 9, 4, 256, False), (1, 96, 33, 8, 32, False), (6, 200, 37, 8, 16, True),
+    (9, 520, 13, 8, 128, True), (2, 1000, 130, 4, 32, True), (33, 64, 1, 4, 32, True),
+]
+
+
+@pytest.mark.parametrize("level", [4, 0])
+@pytest.mark.parametrize("rows,k,n,bits,block,zp", CASES)
+def test_matmul_nbits_kernel(rows, k, n, bits, block, zp, level):
+    sizes = dict(k=k, n=n, bits=bits, block=block, level=level)
+    a, b, scales, z = nbits_case(rows, k, n, bits, block, zp, seed=rows * 1000 + k)
+    want = ort_nbits(a, b, scales, z, **sizes)
+    got = ours(a, b, scales, z, **sizes)
+    assert rel(got, want) < TOL
+    assert rel(ours(a, b, scales, z, kernel=False, **sizes), want) < TOL  # the reference too
+
+
+def test_level_4_is_int8_activations():
+    """Level 4 is not level 0: the difference is A's int8 rounding, which the kernel follows
+    (it would pass a level-0 check only if it ignored the level)."""
+    sizes = dict(k=576, n=64, bits=4, block=32)
+    a, b, scales, z = nbits_case(2, 576, 64, 4, 32, True, seed=7)
+    level0 = ort_nbits(a, b, scales, z, level=0, **sizes)
+    got = ours(a, b, scales, z, level=4, **sizes)
+    assert rel(got, level0) > 100 * TOL
+    assert rel(got, ort_nbits(a, b, scales, z, level=4, **sizes)) < TOL
+
+
+@pytest.mark.parametrize("level", [4, 0])
+def test_nan_and_inf_rows(level):
+    """A row holding NaN or inf gives NaN or inf where f32 arithmetic does (onnxruntime's int8
+    path turns them into arbitrary int8 codes: no reference there); the other rows are exact."""
+    sizes = dict(k=64, n=8, bits=4, block=32, level=level)
+    a, b, scales, z = nbits_case(4, 64, 8, 4, 32, True, seed=3)
+    a[1, 5], a[2, 40] = np.nan, np.inf
+    got = ours(a, b, scales, z, **sizes)
+    assert np.isnan(got[1]).all() and not np.isfinite(got[2]).any()
+    clean = a[[0, 3]]
+    assert rel(got[[0, 3]], ort_nbits(clean, b, scales, z, **sizes)) < TOL
+
+
+def test_zero_rows_and_empty_batch():
+    sizes = dict(k=64, n=8, bits=4, block=32, level=4)
+    a, b, scales, z = nbits_case(2, 64, 8, 4, 32, True, seed=4)
+    a[0] = 0
+    got = ours(a, b, scales, z, **sizes)
+    np.testing.assert_array_equal(got[0], 0)  # scale 0: every product 0, as in onnxruntime
+    assert ours(a[:0], b, scales, z, **sizes).shape == (0, 8)
+
+
+def test_gradient_is_the_reference_one():
+    """jax.grad through the kernel: the f32 product's gradient (straight through A's rounding)."""
+    a, b, scales, z = nbits_case(3, 96, 16, 4, 32, True, seed=5)
+    node = Node(96, 16, 4, 32)
+    words, zf = jnp.asarray(as_words(b, node)), jnp.asarray(as_float_zero_points(z, node))
+    xp = JaxNamespace()
+
+    def loss(x, level, kernel):
+        if kernel:
+            y = matmul_nbits(xp, x, words, jnp.asarray(scales), zf, K=96, N=16, bits=4,
+                             block_size=32, accuracy_level=level)
+        else:
+            y = xla_nbits(xp, x, words, jnp.asarray(scales), zf, g_idx=None, k=96, n=16,
+                          bits=4, block_size=32)
+        return jnp.sum(y * jnp.arange(16, dtype=jnp.float32))
+
+    with jax.enable_x64(True):
+        want = jax.grad(loss)(a, 0, False)
+        for level in (0, 4):
+            got = jax.grad(loss)(a, level, True)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_off_by_environment(monkeypatch):
+    monkeypatch.setenv("TRANSMUTER_KERNELS", "0")
+    kernels.reset()
+    try:
+        assert kernels.library() is None and kernels.why_off() == "TRANSMUTER_KERNELS=0"
+        a, b, scales, z = nbits_case(2, 64, 8, 4, 32, True, seed=6)
+        sizes = dict(k=64, n=8, bits=4, block=32, level=4)
+        xp = JaxNamespace()
+        assert xp.nbits_kernel(jnp.asarray(a), None, None, None, None, k=64, n=8, bits=4,
+                               block_size=32, accuracy_level=4) is None
+        assert rel(ours(a, b, scales, z, **sizes), ort_nbits(a, b, scales, z, **sizes)) < TOL
+    finally:
+        monkeypatch.delenv("TRANSMUTER_KERNELS")
+        kernels.reset()
+
+
+def test_no_compiler_falls_back_with_one_line(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("CC", "no-such-cc")
+    monkeypatch.setenv("TRANSMUTER_CACHE", str(tmp_path))
+    kernels.reset()
+    try:
+        with caplog.at_level(logging.WARNING, logger="transmuter"):
+            assert kernels.library() is None
+        assert "no C compiler: 'no-such-cc' is not on PATH" in kernels.why_off()
+        assert [r.getMessage() for r in caplog.records if "kernels off" in r.getMessage()]
+    finally:
+        kernels.reset()
+
+
+def test_concurrent_builds_share_one_library(tmp_path):
+    """Two processes building into an empty cache at once: one builds, the other waits on the
+    lock and loads the same file."""
+    script = "from transmuter.kernels import build; print(build.build())"
+    env = dict(os.environ, TRANSMUTER_CACHE=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    paths = {p.communicate(timeout=300)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs) and len(paths) == 1
+    assert len(list((tmp_path / "kernels").glob("*/*.so"))) == 1
+
+
+@pytest.mark.slow
+def test_sanitizers(tmp_path):
+    """The kernels built with -fsanitize=address,undefined and run on the cases above: any
+    out-of-bounds read (the short last span of B), overflow or misaligned access aborts."""
+    lib = build.build(extra_c=["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                               "-g", "-O1"], extra_cxx=["-fsanitize=address,undefined"],
+                      tag="-asan")
+    asan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                          text=True).stdout.strip()
+    script = textwrap.dedent(f"""
+        import ctypes, numpy as np
+        lib = ctypes.CDLL({str(lib)!r})
+        P, I = ctypes.c_void_p, ctypes.c_int64
+        for isa in ("_avx2", "_avxvnni", "_avx512vnni"):
+            prep = getattr(lib, "tm_nbits_prepare_int8" + isa)
+            prep.argtypes = [P, I, I, ctypes.c_int, P, P, P]
+            cols = getattr(lib, "tm_nbits_columns_int8" + isa)
+            cols.argtypes = [P, P, P, I, I, P, P, P, P, I, I, I, ctypes.c_int, I, I]
+            for rows, k, n, bits, block in {[c[:5] for c in CASES]!r}:
+                nb = -(-k // block)
+                stride = (nb * block + 63) // 64 * 64
+                rng = np.random.default_rng(0)
+                b = rng.integers(0, 256, n * nb * block * bits // 8, dtype=np.uint8)
+                s = rng.random(n * nb, dtype=np.float32); z = np.full(n * nb, 8, np.float32)
+                a = rng.standard_normal((rows, k)).astype(np.float32)
+                xq = np.zeros((rows, stride), np.int8)
+                asc = np.zeros((rows, nb), np.float32); bs = np.zeros((rows, nb), np.float32)
+                y = np.zeros((rows, n), np.float32)
+                for r in range(rows):
+                    prep(a[r].ctypes.data, k, block, bits, xq[r].ctypes.data,
+                         asc[r].ctypes.data, bs[r].ctypes.data)
+                cols(xq.ctypes.data, asc.ctypes.data, bs.ctypes.data, stride, rows,
+                     b.ctypes.data, s.ctypes.data, z.ctypes.data, y.ctypes.data, n, k, block,
+                     bits, 0, n)
+        print("clean")
+    """)
+    env = dict(os.environ, LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "clean" in done.stdout, done.stderr[-3000:]
+
+
+def test_compiled_model_uses_the_kernel(tmp_path):
+    """Through the public API: a one-node file compiled by transmuter equals onnxruntime at
+    accuracy_level 4 (before the kernel, Transmuter computed level 0: 5e-3 away)."""
+    k, n = 576, 48
+    a, b, scales, z = nbits_case(3, k, n, 4, 32, True, seed=9)
+    want = ort_nbits(a, b, scales, z, k=k, n=n, bits=4, block=32, level=4)
+    names = ["A", "B", "scales", "zp"]
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft", K=k, N=n,
+                            bits=4, block_size=32, accuracy_level=4)
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["m", k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["m", n])],
+        [numpy_helper.from_array(b, "B"), numpy_helper.from_array(scales.ravel(), "scales"),
+         numpy_helper.from_array(z.ravel(), "zp")])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]).SerializeToString())
+    got = np.asarray(transmuter.compile(transmuter.load(path))({"A": a})["Y"])
+    assert rel(got, want) < TOL
+    assert jax_kernels.NBITS_MAX_ROWS >= 3
