@@ -33,6 +33,15 @@ none does.
 The coverage matrix (docs/coverage.md): select the most downloaded ONNX repos per task from the
 Hub's model list, record onnxruntime's outputs on each task's fixed input, run each case through
 Transmuter compiled, and print the Markdown matrix and the list of tested models.
+
+    transmuter warmup TASK MODEL [EXAMPLE ...] [--input FILE|DIR] [--batch-sizes 1,8,32]
+                      [--max-length N]
+
+Compiles the shapes a workload will meet into the persistent compilation cache
+(docs/compile-cache.md), so that the next process (a service, a Docker image's) compiles
+nothing: text tasks every row count up to --batch-size times every length bucket up to
+--max-length (or the longest EXAMPLE's), other tasks their EXAMPLEs (paths of images or clips)
+at each row count (``pipe.warmup``).
 """
 
 import argparse
@@ -51,7 +60,7 @@ class UsageError(Exception):
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    commands = {"run": _run, "diff": _diff, "coverage": _coverage}
+    commands = {"run": _run, "warmup": _warmup, "diff": _diff, "coverage": _coverage}
     if args.command not in commands:
         _parser().print_help()
         return 2
@@ -101,6 +110,31 @@ def _run(args):
         print(f"transmuter: {failed} of {total} inputs failed (their lines hold \"error\")",
               file=sys.stderr)
         return 1
+    return 0
+
+
+def _warmup(args):
+    from .backends.compile_cache import active_folder
+    from .pipelines import pipeline
+    options = _options(args.options)
+    if args.variant:
+        options["variant"] = args.variant
+    options = {"batch_size": args.batch_size, **options}
+    pipe = pipeline(args.task, args.model, backend=args.backend, **options)
+    media = IMAGE_SUFFIXES if "image_processor" in pipe.featurizers else \
+        AUDIO_SUFFIXES if "feature_extractor" in pipe.featurizers else None
+    examples = [value for _, value in _inputs(args, media)] if args.text or args.input else []
+    try:
+        sizes = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None
+    except ValueError:
+        raise UsageError(f"--batch-sizes takes ints separated by commas, got "
+                         f"{args.batch_sizes!r}") from None
+    done = pipe.warmup(examples, batch_sizes=sizes, max_length=args.max_length,
+                       progress=not args.quiet)
+    folder = active_folder() if args.backend == "jax" else None
+    print(f"transmuter: compiled {len(done)} shapes of {args.task} "
+          + (f"into {folder}" if folder else "(no persistent cache: they last this process)"),
+          file=sys.stderr)
     return 0
 
 
@@ -202,6 +236,20 @@ def _parser():
     run.add_argument("--on-error", choices=["stop", "skip"], default="stop",
                      help="an input that cannot be read: stop the run (default), or write its "
                           "error as its line and go on (exit status 1 at the end)")
+    warm = sub.add_parser("warmup", help="compile a workload's shapes into the persistent "
+                                         "compilation cache")
+    warm.add_argument("task", help="e.g. text-embedding, image-classification")
+    warm.add_argument("model", help="a Hub id (org/name) or a local folder")
+    warm.add_argument("text", nargs="*", help="example inputs (texts, image or audio paths)")
+    warm.add_argument("--input", "-i", help="a file of examples (one a line) or a folder")
+    warm.add_argument("--batch-size", "-b", type=int, default=8)
+    warm.add_argument("--batch-sizes", help="row counts to compile, e.g. 1,8,32 (default: each "
+                                            "power of two up to --batch-size)")
+    warm.add_argument("--max-length", type=int, help="text: the longest length bucket")
+    warm.add_argument("--backend", default="jax", choices=["jax", "mlx"])
+    warm.add_argument("--variant", help="ONNX variant: fp32, fp16, q8, q4, ...")
+    warm.add_argument("--options", help='task options as JSON, e.g. \'{"max_new_tokens": 64}\'')
+    warm.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     diff = sub.add_parser("diff", help="the first node whose values differ from onnxruntime's")
     diff.add_argument("model", help="an .onnx file, a Hub id (org/name) or a local folder")
     diff.add_argument("--inputs", help="an .npz file: one array per graph input, by name")

@@ -16,6 +16,7 @@ import numpy as np
 from ..backends import NotConcrete
 from ..backends.compile_cache import check_option
 from ..errors import InputError, StaticInputError
+from . import compile_notice
 from .inputs import check_value
 from .graph import node_reads, walk
 from .live_bytes import LiveBytes, last_reads
@@ -313,11 +314,19 @@ class CompiledFunction:
         fn = model.backend.compile(segment, donate_argnums=(2,) if donated else (),
                                    library_dots=self._library_dots)
         try:
-            with model.backend.persistent_cache(self.compile_cache):
+            with model.backend.persistent_cache(self.compile_cache), \
+                    compile_notice.compiling(self._label(dynamic)):
                 outputs = fn(seg_params, *_split(dynamic, donated))  # traces, compiles and runs
         except NeedsHost as brk:
             return self._build(start, env, dynamic, seg_params, stop=brk.index)
         return Segment(fn, end, dict(recorded), donated), outputs
+
+
+    def _label(self, dynamic):
+        """The shape a compile is announced by: the graph's first input among ``dynamic`` (a
+        segment after a break takes values of its own: the first of those)."""
+        names = [n for n in self.model.graph.input_names if n in dynamic] or list(dynamic)
+        return compile_notice.shape_label(getattr(dynamic[n], "shape", ()) for n in names)
 
 
 def library_dots(model):

@@ -1,5 +1,6 @@
 """Model: a parsed ONNX graph with its initializers, opsets and backend."""
 
+import copy
 import os
 
 import onnx
@@ -181,6 +182,13 @@ class Model:
     def full_params(self, params=None) -> dict:
         """``self.params`` with ``params`` over it (trainable.merged: unknown names refused)."""
         return merged(self, params)
+
+    def with_graph(self, graph):
+        """A model of ``graph`` (a rewrite of this one's: passes/past_mask.py) over this
+        model's weights, shared, not copied; it has its own compiled functions."""
+        other = copy.copy(self)
+        other.graph, other._default_fn, other._input_indices = graph, None, None
+        return other
 
 
 class Outputs(dict):

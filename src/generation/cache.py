@@ -29,10 +29,14 @@ step shares one compiled shape (steppers.FixedCache); ``grow`` cannot (steppers.
 """
 
 import dataclasses
+import logging
 
 import numpy as np
 
+from ..engine.passes.past_mask import NotApplicable, mask_past
 from ..errors import InputError
+
+_LOG = logging.getLogger(__name__)
 
 _PAST_PREFIXES = ("past_key_values.", "past_")
 
@@ -160,6 +164,22 @@ class CacheLayout:
                     shape[axis] = _dim_from_config(model_config, axis, info)
             caches[info.name] = np.zeros(shape, info.dtype)
         return caches
+
+
+def on_buffer(model, layout):
+    """``model`` rewritten to run its growing cache on buffers whose free rows are masked
+    (engine/passes/past_mask.py), or ``model`` itself where the rewrite does not apply (then the
+    cache grows a row a step, a compiled shape each: said at DEBUG)."""
+    if any(n.op_type == "GroupQueryAttention" for n in model.graph.nodes):
+        return model  # a Gemma 3 export whose seqlens_k counts the mask's length: no Concat
+    try:
+        graph = mask_past(model.graph, [info.name for info, _ in layout.pairs], model.constants,
+                          model.params)
+    except NotApplicable as e:
+        _LOG.debug("The decoder's KV cache grows a row a step (a compiled shape each): it "
+                   "cannot run on a masked buffer: %s", e)
+        return model
+    return model.with_graph(graph)
 
 
 def _seqlens_from_mask_length(graph):

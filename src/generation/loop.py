@@ -16,9 +16,10 @@ import numpy as np
 
 from ..backends.numpy import XP as HOST
 from ..engine.compiled import compile
+from ..engine.passes.past_mask import PAST_LENGTH
 from ..errors import InputError
 from ..hub.repo import POSITION_LIMITS
-from .cache import CacheLayout, write_presents, write_rows
+from .cache import CacheLayout, on_buffer, write_presents, write_rows
 from .device_loop import DeviceLoop
 from .beam import BeamSearch
 from .processors import State, build as build_processors
@@ -42,23 +43,29 @@ class Generator:
 
     def __init__(self, model, model_config=None, cache_size=16, cache=None, extra_inputs=(),
                  first=None):
-        self.model, self.model_config = model, dict(model_config or {})
+        self.model_config = dict(model_config or {})
         self.layout = CacheLayout.from_model(model, cache, extra_inputs) if first is None else \
             CacheLayout.from_split(first, model, extra_inputs)
         grow = self.layout.mode == "grow"
+        # a growing cache's graph rewritten to take buffers of a few sizes (cache.py), unless
+        # the caller asked for the growing cache itself
+        self.model = on_buffer(model, self.layout) if grow and cache is None else model
+        self.buffered = self.model is not model
+        model = self.model
         size = _GROW_CACHE_SIZE if grow else cache_size
         # an in-place cache's presents replace its pasts: the step writes into their buffers
         donate = [p.name for p, _ in self.layout.pairs] if self.layout.mode == "inplace" else ()
         self.fn = compile(model, static_inputs=self.layout.static_inputs,
                                    cache_size=size, donate=donate)
+        first_static = self.layout.first_static
+        if self.buffered and first is None:  # the first call has no past: no rows to count
+            first_static = {**first_static, PAST_LENGTH: np.array(0, np.int64)}
         if first is not None:
-            self.first_fn = compile(first, static_inputs=self.layout.first_static,
-                                             cache_size=size)
-        elif self.layout.first_static == self.layout.static_inputs:
+            self.first_fn = compile(first, static_inputs=first_static, cache_size=size)
+        elif first_static == self.layout.static_inputs:
             self.first_fn = self.fn
         else:
-            self.first_fn = compile(model, static_inputs=self.layout.first_static,
-                                             cache_size=size)
+            self.first_fn = compile(model, static_inputs=first_static, cache_size=size)
         self.dtypes = {v.name: v.dtype for v in model.inputs}
         # the first call's graph: the merged decoder itself, or a split pair's without past
         self.first_dtypes = self.dtypes if first is None else {v.name: v.dtype
@@ -70,6 +77,10 @@ class Generator:
                                            donate_argnums=(0,))
         self.take = model.backend.compile(
             lambda c, rows: {k: xp.take(v, rows, axis=0) for k, v in c.items()})
+        # a buffered growing cache: caches written at row 0 of larger zero buffers
+        self.place = model.backend.compile(
+            lambda c, p: {k: write_rows(xp, v, p[k], 0) for k, v in c.items()},
+            donate_argnums=(0,))
         self.context = next((self.model_config[k] for k in POSITION_LIMITS
                              if self.model_config.get(k)), None)
         self.stats = None

@@ -20,6 +20,7 @@ on all three). A generated token's position continues from the row's largest pro
 
 import numpy as np
 
+from ..engine.passes.past_mask import PAST_LENGTH
 from ..errors import InputError
 from ..buckets import next_pow2, prompt_chunks
 
@@ -262,9 +263,15 @@ class GrowingCache(Stepper):
         rows, ids = _padded(rows, self.unit), _padded(ids, self.unit)
         # a split pair's graphs differ in inputs (its with-past graph takes no encoder states)
         dtypes = self.gen.first_dtypes if first else self.gen.dtypes
+        if not first:
+            self._make_room(g, past + width)
         feed = {"input_ids": ids}
-        if "attention_mask" in dtypes:
-            feed["attention_mask"] = np.ones((len(rows), past + width), np.int64)
+        if "attention_mask" in dtypes:  # a buffer's free rows are 0 (positions may count 1s)
+            mask = np.ones((len(rows), self._length(g) + width), np.int64)
+            mask[:, past:self._length(g)] = 0
+            feed["attention_mask"] = mask
+        if PAST_LENGTH in dtypes:  # a buffer: its valid rows (past_mask.py)
+            feed[PAST_LENGTH] = np.array(past, np.int64)
         index = np.broadcast_to(past + np.arange(width), ids.shape)
         if layout.has_positions:  # text positions only: Generator.stepper refuses row_positions
             feed["position_ids"] = self._positions(index[None])
@@ -277,12 +284,37 @@ class GrowingCache(Stepper):
         out = self._call(self.gen.first_fn if first else self.gen.fn, feed,
                          {**caches, **extras}, dtypes, index=index if first else None)
         name = layout.first_present if first else (lambda info, present: present)
-        self.caches[g] = {info.name: out[name(info, present)] for info, present in layout.pairs}
+        presents = {info.name: out[name(info, present)] for info, present in layout.pairs}
+        if not self.gen.buffered:
+            self.caches[g] = presents
+        elif first:  # the prompt's rows, at the start of a buffer
+            self.caches[g] = self._buffers(presents, cache_capacity(past + width))
+        else:  # the step's rows (after the buffer in the presents) written at its valid length
+            self.caches[g] = self.gen.write(self.caches[g], presents, self._device(past))
         if first:
             self.cross[g] = {info.name: out[name(info, present)]
                              for info, present in layout.cross_pairs}
         self.past[g] += width
         return np.asarray(out[layout.logits])[:real, -1]
+
+    def _length(self, g):
+        """The rows of group ``g``'s past as the graph sees them: a buffer's capacity."""
+        if not self.gen.buffered or self.caches[g] is None:
+            return self.past[g]
+        return next(iter(self.caches[g].values())).shape[2]
+
+    def _make_room(self, g, rows):
+        """Group ``g``'s buffers moved into the next capacity when ``rows`` no longer fit
+        (cache_capacity: a few sizes, each a compiled step shape)."""
+        if self.gen.buffered and self._length(g) < rows:
+            self.caches[g] = self._buffers(self.caches[g], cache_capacity(rows))
+
+    def _buffers(self, caches, capacity):
+        """Zero buffers of ``capacity`` rows with ``caches`` at their start."""
+        xp = self.gen.model.backend.xp
+        zeros = {k: xp.zeros(v.shape[:2] + (capacity,) + v.shape[3:], xp.dtype_of(v))
+                 for k, v in caches.items()}
+        return self.gen.place(zeros, caches)
 
     def _extra(self, g, name, rows, dtype):
         """Group ``g``'s rows of the extra input ``name``, moved to the device on its first call:

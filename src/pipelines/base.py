@@ -24,7 +24,9 @@ from ..serving import Server
 from ..engine.sharding import row_multiple
 from .. import buckets
 from ..engine.compiled import compile
-from . import prefetch, shared
+from ..engine import compile_notice
+from . import prefetch, shared, warmup
+from .compile_progress import CompileProgress
 
 
 class Pipeline:
@@ -111,6 +113,16 @@ class Pipeline:
         raise PipelineError(f"{self.task} takes {self._input_kind()}, a list of them, or an "
                             f"iterable of them; got {type(inputs).__name__}: {inputs!r:.80}")
 
+    def warmup(self, examples=(), *, batch_sizes=None, max_length=None, progress=True,
+               **call_options):
+        """Compile now the shapes a workload like ``examples`` will meet, into JAX's persistent
+        cache too (a service's start, a Docker image build): each row count a batch pads to
+        (``batch_sizes``: default all up to ``batch_size``) times, for text, every length bucket
+        up to ``max_length`` (default: the longest example's), else the examples' own shapes
+        (pipelines/warmup.py). Returns the shapes' labels ("32x128")."""
+        return warmup.warmup(self, examples, batch_sizes, max_length, progress,
+                             type(self)._feed is Pipeline._feed, **call_options)
+
     def serve(self, max_batch_size=None, batch_timeout_ms=None, **call_options):
         """A ``transmuter.serving.Server``: callable from many threads (and ``await
         server.acall(x)``), one input per call; calls arriving within ``batch_timeout_ms``
@@ -140,15 +152,17 @@ class Pipeline:
         each input's result (``keep_going``: or its error) is yielded."""
         lookahead = self.lookahead_batches if lookahead is None else lookahead
         results = self._results(iter(inputs), *params, keep_going, batch_size, lookahead)
+        self._bar = None  # where compiles are announced (compile_progress.py)
         if progress:
             from tqdm.auto import tqdm
             total = len(inputs) if hasattr(inputs, "__len__") else None
-            results = iter(tqdm(results, total=total, desc=self.task, unit="input"))
+            self._bar = tqdm(results, total=total, desc=self.task, unit="input")
+            results = iter(self._bar)
         return results
 
     def _results(self, items, pre, fwd, post, keep_going, batch_size, lookahead):
         """Each input's result (``keep_going``: or its error), in input order."""
-        window = batch_size
+        window, windows = batch_size, 0
         pending, queued = [], 0
         for chunks in self._preprocessed(items, pre, batch_size, keep_going):
             if not queued and _ran(chunks) and chunks and self._sortable(chunks[0]):
@@ -156,10 +170,10 @@ class Pipeline:
             pending.append(chunks)
             queued += len(chunks) if _ran(chunks) else 0
             if queued >= window:
-                yield from self._flush(pending, fwd, post, batch_size, keep_going)
-                pending, queued = [], 0
-        if pending:
-            yield from self._flush(pending, fwd, post, batch_size, keep_going)
+                yield from self._flush(pending, fwd, post, batch_size, keep_going, True)
+                pending, queued, windows = [], 0, windows + 1
+        if pending:  # the rest of a stream that filled windows runs in full rows as they did
+            yield from self._flush(pending, fwd, post, batch_size, keep_going, windows > 0)
 
     def _preprocessed(self, items, pre, ahead, keep_going):
         """Each input's chunks (``keep_going``: or the TransmuterError that preparing it raised),
@@ -177,17 +191,24 @@ class Pipeline:
             return map(chunks, items)
         return prefetch.ordered(chunks, items, ahead)
 
-    def _flush(self, pending, fwd, post, batch_size, keep_going):
+    def _flush(self, pending, fwd, post, batch_size, keep_going, full=False):
+        """Run and postprocess a read-ahead window; ``full``: a stream's window, whose calls
+        all take ``batch_size`` rows (buckets.py: streams)."""
         flat = list(itertools.chain.from_iterable(c for c in pending if _ran(c)))
         self._rows_cap = batch_size  # rows of a batch are padded to a power of two, up to this
+        self._rows_least = batch_size if full else 1
         order = list(range(len(flat)))
         if all(self._sortable(c) for c in flat):  # largest first; stable: ties keep input order
             key = self.featurizer.key
             order.sort(key=lambda i: self.featurizer.size(flat[i][key]), reverse=True)
         outputs = [None] * len(flat)
-        for rows in self._groups(flat, order, batch_size):
-            for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
-                outputs[i] = out
+        groups = self._groups(flat, order, batch_size)
+        progress = CompileProgress(self, self._new_shapes(flat, groups))
+        with compile_notice.reporting(progress):
+            for rows in groups:
+                for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
+                    outputs[i] = out
+        progress.done()
         at = 0
         for chunks in pending:
             if not _ran(chunks):
@@ -213,7 +234,20 @@ class Pipeline:
         key = self.featurizer.key
         sizes = [padded(flat[i][key]) for i in order]
         cost = self._call_cost() + buckets.SPLIT_SHAPE_COST * batch_size * sizes[0]
-        return [order[a:b] for a, b in buckets.row_groups(sizes, batch_size, cost)]
+        least = getattr(self, "_rows_least", 1)
+        return [order[a:b] for a, b in buckets.row_groups(sizes, batch_size, cost, least)]
+
+    def _new_shapes(self, flat, groups):
+        """How many (rows, length) shapes ``groups`` run that this pipeline has not run (None
+        where the featurizer knows no padded size): what a compile announcement counts to."""
+        padded = getattr(self.featurizer, "padded", None)
+        if padded is None or not all(self._sortable(c) for c in flat):
+            return None
+        seen = self.__dict__.setdefault("_shapes_run", set())
+        shapes = {(self._rows(len(g)), padded(flat[g[0]][self.featurizer.key])) for g in groups}
+        new = len(shapes - seen)
+        seen |= shapes
+        return new
 
     def _call_cost(self):
         """A graph call's fixed cost in padded tokens of this model (buckets.py)."""
@@ -247,7 +281,8 @@ class Pipeline:
     def _rows(self, n):
         """Rows of a batch of ``n`` chunks: a power of two, at most the batch size, rounded up to
         a multiple of the model's devices (devices=: each gets an equal share of the rows)."""
-        rows = buckets.pow2(n, getattr(self, "_rows_cap", self.batch_size))
+        rows = buckets.pow2(n, getattr(self, "_rows_cap", self.batch_size),
+                            getattr(self, "_rows_least", 1))
         return buckets.multiple(rows, row_multiple(self.model))
 
     def _feed(self, chunks):
