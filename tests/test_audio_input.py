@@ -256,8 +256,10 @@ def test_bad_samples_in_a_dict_name_the_dict():
 
 @pytest.mark.parametrize("bad,message", [
     ({"raw": np.zeros(5)}, r"'sampling_rate' key.*got keys \['raw'\]"),
-    ({"sampling_rate": 16000, "path": "a.wav"},
-     r"'raw' \(or 'array'\).*\['path', 'sampling_rate'\]"),
+    # a datasets Audio dict left undecoded is read from its path: a missing file is named
+    ({"sampling_rate": 16000, "path": "a.wav"}, "No audio file at 'a.wav'"),
+    ({"sampling_rate": 16000, "stride": (0, 0)},
+     r"'raw' \(or 'array'\).*\['sampling_rate', 'stride'\]"),
     ({"raw": None, "sampling_rate": 16000}, "'raw' \\(or 'array'\\)"),
     ({"raw": "a.wav", "sampling_rate": 16000}, "'raw' must be an array of samples, got a str"),
     ({"array": [[0.1, 0.2], [0.3]], "sampling_rate": 16000}, "'array' is not an array"),
