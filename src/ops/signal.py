@@ -68,6 +68,8 @@ def dft(xp, x, dft_length=None, axis=None, *, inverse=0, onesided=0):
 
 @op("STFT", 17, static=(1, 3))
 def stft(xp, signal, frame_step, window=None, frame_length=None, *, onesided=1):
+    if signal.ndim == 2:  # (batch, length): a real signal, as ONNX Runtime reads it (Kokoro's)
+        signal = xp.expand_dims(signal, -1)
     step = _int(frame_step)
     if frame_length is not None:
         width = _int(frame_length)
