@@ -155,3 +155,66 @@ def test_trilu(backend, upper, k):
     inputs = {"X": x(2, 4, 5), "k": np.array(k, np.int64)}
     model = single_node("Trilu", inputs, {"Y": F32}, constants={"k"}, upper=upper)
     check(model, inputs, backend, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("activation,params,with_z", [
+    (None, None, False), ("Relu", None, True), ("Tanh", None, False), ("Sigmoid", None, True),
+    ("LeakyRelu", [0.2], False), ("Clip", [-0.5, 0.7], True), ("HardSigmoid", [0.3, 0.4], False)])
+def test_fused_conv(backend, activation, params, with_z):
+    # What ORT's ConvActivationFusion writes: activation(Conv(X, W) + B + Z).
+    inputs = {"X": x(2, 4, 7, 6), "W": x(6, 2, 3, 3, scale=0.3), "B": x(6),
+              "Z": x(2, 6, 4, 3) if with_z else None}
+    attrs = {"activation": activation} if activation else {}
+    if params:
+        attrs["activation_params"] = params
+    model = single_node("FusedConv", inputs, {"Y": F32}, constants={"W", "B"}, group=2,
+                        pads=[1, 0, 1, 1], strides=[2, 2], **attrs)
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("activation,attrs", [
+    ("Relu", {}), ("LeakyRelu", {"activation_alpha": 0.1}), ("Sigmoid", {}), ("Tanh", {}),
+    ("HardSigmoid", {"activation_alpha": 0.3, "activation_beta": 0.6}),
+    ("Elu", {"activation_alpha": 0.8}), ("Softplus", {}), ("Softsign", {}),
+    ("ThresholdedRelu", {"activation_alpha": 0.5}),
+    ("Selu", {"activation_alpha": 1.5, "activation_gamma": 1.1})])  # ORT requires Elu's, Selu's
+def test_fused_gemm(backend, activation, attrs):
+    inputs = {"A": x(4, 3), "B": x(5, 4), "C": x(5)}
+    model = single_node("FusedGemm", inputs, {"Y": F32}, activation=activation, transA=1,
+                        transB=1, alpha=0.7, beta=1.5, **attrs)
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nhwc_conv_is_conv_in_channels_last(backend):
+    # ORT has NhwcConv only on CUDA: the reference is ORT's Conv on the same data moved to
+    # channels-first, its output moved back.
+    inputs = {"X": x(2, 7, 6, 4), "W": x(6, 2, 3, 3, scale=0.3), "B": x(6)}
+    attrs = dict(group=2, pads=[1, 0, 1, 1], strides=[2, 1])
+    nchw = {**inputs, "X": inputs["X"].transpose(0, 3, 1, 2)}
+    want = run_ort(single_node("Conv", nchw, {"Y": F32}, domain="", **attrs), nchw)["Y"]
+    got = run_ours(single_node("NhwcConv", inputs, {"Y": F32}, **attrs), inputs, backend)["Y"]
+    np.testing.assert_allclose(got, want.transpose(0, 2, 3, 1), atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_transpose_matmul(backend):
+    # FusedMatMul's name before ORT 1.4, still in files its optimizer saved then.
+    inputs = {"A": x(2, 4, 3), "B": x(2, 5, 4)}
+    check(single_node("TransposeMatMul", inputs, {"Y": F32}, transA=1, transB=1, alpha=0.5),
+          inputs, backend, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_domains_that_no_node_uses_are_ignored(backend):
+    # Files onnxruntime's optimizer saved (Kokoro's int8 export) import its layout, ATen and
+    # training domains although no node uses them; onnxruntime loads them.
+    from onnx import helper
+    inputs = {"X": x(2, 5)}
+    model = single_node("FastGelu", inputs, {"Y": F32})
+    model.opset_import.extend(helper.make_opsetid(d, 1) for d in (
+        "com.microsoft.nchwc", "org.pytorch.aten", "ai.onnx.training", "ai.onnx.preview.training",
+        "com.microsoft.experimental"))
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)
