@@ -368,3 +368,29 @@ def test_tied_embedding_lm_head_gets_its_own_words(backend):
         for name in ("emb", "logits"):
             np.testing.assert_allclose(np.asarray(got[name]), want[name], atol=2e-5, rtol=1e-5,
                                        err_msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("x_type,w_type,channels,group,kernel", [
+    (np.uint8, np.int8, 8, 8, (3, 3)),  # depthwise, as quantize_dynamic makes of MobileNet
+    (np.uint8, np.uint8, 6, 3, (3, 3)),
+    (np.int8, np.int8, 4, 1, (1, 1)),
+    (np.uint8, np.int8, 256, 1, (3, 3)),  # K = 2304: x split into three 4-bit digits
+    (np.uint8, np.int8, 512, 1, (5,)),  # Kokoro's text encoder
+])
+def test_conv_integer_is_exact(backend, x_type, w_type, channels, group, kernel):
+    # issue 40: grouped ConvInteger failed on MLX (its float64 convolution refuses groups);
+    # the int32 result must equal onnxruntime's exactly, extremes included.
+    lo_x, hi_x = np.iinfo(x_type).min, np.iinfo(x_type).max
+    lo_w, hi_w = np.iinfo(w_type).min, np.iinfo(w_type).max
+    spatial = (7, 6)[:len(kernel)]
+    x = RNG.integers(lo_x, hi_x, (2, channels) + spatial, dtype=x_type, endpoint=True)
+    out = 2 * group if group > 1 else 4
+    w = RNG.integers(lo_w, hi_w, (out, channels // group) + kernel, dtype=w_type, endpoint=True)
+    x[0], w[0] = hi_x, lo_w  # the largest products, all of one sign
+    inputs = {"x": x, "w": w, "x_zero_point": np.array(lo_x, x_type),
+              "w_zero_point": np.array(hi_w, w_type)}  # ORT: per-tensor only
+    model = single_node("ConvInteger", inputs, {"y": np.int32}, domain="", opset=10,
+                        constants={"w", "w_zero_point"}, group=group,
+                        pads=[k // 2 for k in kernel] * 2)
+    check(model, inputs, backend, atol=0)
