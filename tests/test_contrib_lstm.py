@@ -15,10 +15,9 @@ step's range covers the whole batch, as ours does (and as any thread count gives
 Kokoro's case)."""
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
-
-import onnxruntime as ort
 
 from tests.contrib_graphs import BACKENDS, feeds, run_ours, single_node
 

@@ -41,8 +41,8 @@ def _activations(names, alphas, betas, defaults, n_dirs):
 def _run(xp, cell, x, w, r, b, lens, states, *, gates, direction, layout, clip, project=None):
     """Shared driver. ``cell(xp, xw, state, r, rb, d, clip, live) -> new state`` for one step,
     where ``xw`` is the input projection plus its bias, ``live`` the rows still running (None:
-    all); the first state is the hidden state. Returns Y and the final
-    states, in ONNX layout. ``project(d, x, valid) -> x @ W[d]^T`` replaces the float product of
+    all); the first state is the hidden state. Returns Y and the final states, in ONNX layout.
+    ``project(d, x, valid) -> x @ W[d]^T`` replaces the float product of
     the inputs (DynamicQuantizeLSTM's weights are integers, (dirs, input, gates * hidden));
     ``valid`` marks the steps of x that some sequence reaches (None: all)."""
     if layout:
@@ -50,7 +50,9 @@ def _run(xp, cell, x, w, r, b, lens, states, *, gates, direction, layout, clip, 
         states = [None if s is None else xp.transpose(s, (1, 0, 2)) for s in states]
     steps, batch = x.shape[0], x.shape[1]
     n_dirs = w.shape[0]
-    hidden = r.shape[1] if project is not None else r.shape[-1]  # R: (dirs, hidden, gates * hidden)
+    # R: LSTM's is (dirs, gates * hidden, hidden), DynamicQuantizeLSTM's (dirs, hidden, gates *
+    # hidden)
+    hidden = r.shape[1] if project is not None else r.shape[-1]
     dtype = xp.dtype_of(x)
     mask = live = None
     if lens is not None:

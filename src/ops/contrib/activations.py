@@ -62,7 +62,9 @@ def fast_gelu(xp, x, bias=None):
     if xp.dtype_of(x) == np.float64:
         return _act(xp, _tanh_gelu, x, bias)
     v = f32(xp, x) if bias is None else f32(xp, x) + f32(xp, bias)
-    inner = v * (np.float32(0.035677408136300125) * v * v + _SQRT_2_OVER_PI)
+    # ORT's (C * v) * v, written with the array first (a NumPy scalar first would pull an MLX
+    # array to the host); a product's operands commute exactly
+    inner = v * (v * np.float32(0.035677408136300125) * v + _SQRT_2_OVER_PI)
     y = (v * np.float32(0.5)) * (_mlas_tanh(xp, inner) + np.float32(1))
     return xp.astype(y, xp.dtype_of(x))
 

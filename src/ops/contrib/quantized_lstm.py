@@ -4,13 +4,13 @@ transposed, and a scale per direction (dirs,) or per gate column (dirs, 4 * hidd
 
 As ONNX Runtime's CPU kernel computes it (providers/cpu/rnn/rnn_helpers.cc, the quantized
 ComputeGemm): each product's left operand is quantized to uint8 as it comes, over the whole
-matrix (DynamicQuantizeLinear's range: [min(a, 0), max(a, 0)]) — the inputs of every step at
-once for W, the hidden state of the whole batch at each step for R (ORT with several threads splits a batch
-of 2 or more rows among them, each slice with its own range: that result depends on the core
-count; ours is its single-threaded one, and any thread count's for batch 1); the integer product accumulates
-exactly in int32 and is scaled by a_scale * w_scale. The weight's zero point is the first of its
-direction (ORT requires it constant, and zero for int8). Bias, peepholes and gates are float, as
-in LSTM."""
+matrix (DynamicQuantizeLinear's range: [min(a, 0), max(a, 0)]): the inputs of every step at once
+for W, the hidden state of the whole batch at each step for R. (ORT with several threads splits
+a batch of 2 or more rows among them, each slice with its own range, so that result depends on
+the core count; ours is its single-threaded one, and any thread count's for batch 1.) The
+integer product accumulates exactly in int32 and is scaled by a_scale * w_scale. The weight's
+zero point is the first of its direction (ORT requires it constant, and zero for int8). Bias,
+peepholes and gates are float, as in LSTM."""
 
 import numpy as np
 
