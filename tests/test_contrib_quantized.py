@@ -368,3 +368,118 @@ def test_tied_embedding_lm_head_gets_its_own_words(backend):
         for name in ("emb", "logits"):
             np.testing.assert_allclose(np.asarray(got[name]), want[name], atol=2e-5, rtol=1e-5,
                                        err_msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("x_type,w_type,channels,group,kernel", [
+    (np.uint8, np.int8, 8, 8, (3, 3)),  # depthwise, as quantize_dynamic makes of MobileNet
+    (np.uint8, np.uint8, 6, 3, (3, 3)),
+    (np.int8, np.int8, 4, 1, (1, 1)),
+    (np.uint8, np.int8, 256, 1, (3, 3)),  # K = 2304: x split into three 4-bit digits
+    (np.uint8, np.int8, 512, 1, (5,)),  # Kokoro's text encoder
+])
+def test_conv_integer_is_exact(backend, x_type, w_type, channels, group, kernel):
+    # issue 40: grouped ConvInteger failed on MLX (its float64 convolution refuses groups);
+    # the int32 result must equal onnxruntime's exactly, extremes included.
+    lo_x, hi_x = np.iinfo(x_type).min, np.iinfo(x_type).max
+    lo_w, hi_w = np.iinfo(w_type).min, np.iinfo(w_type).max
+    spatial = (7, 6)[:len(kernel)]
+    x = RNG.integers(lo_x, hi_x, (2, channels) + spatial, dtype=x_type, endpoint=True)
+    out = 2 * group if group > 1 else 4
+    w = RNG.integers(lo_w, hi_w, (out, channels // group) + kernel, dtype=w_type, endpoint=True)
+    x[0], w[0] = hi_x, lo_w  # the largest products, all of one sign
+    inputs = {"x": x, "w": w, "x_zero_point": np.array(lo_x, x_type),
+              "w_zero_point": np.array(hi_w, w_type)}  # ORT: per-tensor only
+    model = single_node("ConvInteger", inputs, {"y": np.int32}, domain="", opset=10,
+                        constants={"w", "w_zero_point"}, group=group,
+                        pads=[k // 2 for k in kernel] * 2)
+    check(model, inputs, backend, atol=0)
+
+
+def _q(shape, dtype):
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
+def _within_one_step(model, inputs, backend):
+    """ORT's kernels reach the quantized result by lookup tables or fixed-point multipliers: a
+    float result near a rounding tie may land one step away; no more, and rarely."""
+    got, want = run_ours(model, inputs, backend), run_ort(model, inputs)
+    for name, w in want.items():
+        g = got[name]
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        diff = np.abs(g.astype(np.int32) - w.astype(np.int32))
+        assert diff.max() <= 1 and diff.mean() < 0.02, (name, diff.max(), diff.mean())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op_type", ["QLinearAdd", "QLinearMul"])
+def test_qlinear_binary(backend, dtype, op_type):
+    # Scales with no simple ratio: 0.05 against 0.08 would put a rounding tie on every eighth
+    # value, which ORT's fixed-point kernel and a float computation split differently.
+    inputs = {"A": _q((2, 3, 40), dtype), "A_scale": np.array(0.0517, np.float32),
+              "A_zero_point": np.array(3, dtype), "B": _q((3, 40), dtype),
+              "B_scale": np.array(0.0213, np.float32), "B_zero_point": np.array(-2 if dtype ==
+                                                                               np.int8 else 7,
+                                                                               dtype),
+              "C_scale": np.array(0.0791 if op_type == "QLinearAdd" else 0.3071, np.float32),
+              "C_zero_point": np.array(5, dtype)}
+    model = single_node(op_type, inputs, {"C": dtype},
+                        constants={k for k in inputs if "scale" in k or "zero" in k})
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op_type,attrs", [("QLinearSigmoid", {}),
+                                           ("QLinearLeakyRelu", {"alpha": 0.1})])
+def test_qlinear_unary(backend, dtype, op_type, attrs):
+    inputs = {"X": _q((4, 64), dtype), "X_scale": np.array(0.05, np.float32),
+              "X_zero_point": np.array(10, dtype), "Y_scale": np.array(0.004 if op_type ==
+                                                                       "QLinearSigmoid" else 0.04,
+                                                                       np.float32),
+              "Y_zero_point": np.array(-100 if dtype == np.int8 else 20, dtype)}
+    model = single_node(op_type, inputs, {"Y": dtype},
+                        constants={k for k in inputs if k != "X"}, **attrs)
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_global_average_pool(backend, channels_last):
+    shape = (2, 5, 6, 8) if channels_last else (2, 8, 5, 6)
+    inputs = {"X": _q(shape, np.uint8), "x_scale": np.array(0.05, np.float32),
+              "x_zero_point": np.array(128, np.uint8), "y_scale": np.array(0.0213, np.float32),
+              "y_zero_point": np.array(120, np.uint8)}
+    model = single_node("QLinearGlobalAveragePool", inputs, {"Y": np.uint8},
+                        constants={k for k in inputs if k != "X"}, channels_last=channels_last)
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_qlinear_concat(backend):
+    inputs = {"Y_scale": np.array(0.05, np.float32), "Y_zero_point": np.array(100, np.uint8),
+              "x0": _q((2, 3, 4), np.uint8), "s0": np.array(0.04, np.float32),
+              "z0": np.array(90, np.uint8), "x1": _q((2, 5, 4), np.uint8),
+              "s1": np.array(0.07, np.float32), "z1": np.array(130, np.uint8)}
+    model = single_node("QLinearConcat", inputs, {"Y": np.uint8},
+                        constants={"Y_scale", "Y_zero_point", "s0", "z0", "s1", "z1"}, axis=1)
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.int16, np.uint16, np.uint8])
+def test_contrib_quantize_dequantize_linear(backend, dtype):
+    # The contrib-domain Q/DQ pair ORT's quantizer writes (16-bit types before opset 21).
+    info = np.iinfo(dtype)
+    inputs = {"x": RNG.standard_normal((3, 4, 5)).astype(np.float32) * 3,
+              "scale": (RNG.random(4) * 0.01 + 1e-3).astype(np.float32),
+              "zero_point": RNG.integers(info.min // 2, info.max // 2, (4,), dtype=dtype)}
+    q = single_node("QuantizeLinear", inputs, {"y": dtype}, constants={"scale", "zero_point"},
+                    axis=1)
+    check(q, inputs, backend, atol=0)
+    dq_inputs = {**inputs, "x": run_ort(q, inputs)["y"]}
+    dq = single_node("DequantizeLinear", dq_inputs, {"y": np.float32},
+                     constants={"scale", "zero_point"}, axis=1)
+    check(dq, dq_inputs, backend, atol=0)

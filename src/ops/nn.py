@@ -153,9 +153,12 @@ def batch_normalization(xp, x, scale, bias, mean, var, *, epsilon=1e-5, momentum
         running_mean = mean * momentum + batch_mean * (1 - momentum)
         running_var = var * momentum + batch_var * (1 - momentum)
         return _back(xp, y, x), _back(xp, running_mean, mean), _back(xp, running_var, var)
-    inv = xp.reshape(scale, shape) / xp.sqrt(xp.reshape(var, shape) + xp.asarray(
+    # As ONNX Runtime's kernel: x * s + (bias - mean * s), s = scale / sqrt(var + eps), in f32
+    # for half inputs (rounded once).
+    xf, (scale, bias, mean, var) = _f32(xp, x), (_f32(xp, v) for v in (scale, bias, mean, var))
+    s = xp.reshape(scale, shape) / xp.sqrt(xp.reshape(var, shape) + xp.asarray(
         epsilon, xp.dtype_of(var)))
-    return _back(xp, (x - xp.reshape(mean, shape)) * inv + xp.reshape(bias, shape), x)
+    return _back(xp, xf * s + (xp.reshape(bias, shape) - xp.reshape(mean, shape) * s), x)
 
 
 @op("LpNormalization", 1)

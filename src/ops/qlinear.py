@@ -73,8 +73,34 @@ def _conv_int(xp, x, w, x_zero_point, w_zero_point, auto_pad, dilations, group, 
     w = _centered(xp, w, w_zero_point, 0)
     win = window.resolve(x.shape[2:], kernel_shape or w.shape[2:], strides=strides, pads=pads,
                          dilations=dilations, auto_pad=auto_pad)
-    return xp.conv(x, w, strides=win.strides, pads=win.pads, dilations=win.dilations,
-                   groups=group)
+    return _exact_conv(xp, x, w, strides=win.strides, pads=win.pads, dilations=win.dilations,
+                       groups=group)
+
+
+def _exact_conv(xp, x, w, **window_args):
+    """The int32 convolution of 8-bit values less their zero points (|x|, |w| <= 255), computed
+    exactly in float32: each output sums K = C / group * prod(kernel) products, and a float32
+    sum of integers is exact while every partial sum stays under 2^24. X is split into digits
+    of ``bits`` bits (low digits in [0, 2^bits), the top one signed), so that K * 2^bits * 255
+    stays under it; each digit's convolution is exact, and the digits recombine in int32.
+    Why: MLX convolves only floats (float64 on its CPU, not at all for groups > 1), and a float
+    convolution is far faster than an integer one on XLA's CPU backend."""
+    k = int(np.prod(w.shape[1:]))
+    bits = int(np.floor(np.log2(2 ** 24 / (255 * k)))) if k else 9
+    if bits < 1:  # K past 2^24 / 510: no split is exact in float32
+        return xp.conv(x, w, **window_args)
+    wf = xp.astype(w, _F32)
+    pieces = -(-9 // bits) if bits < 9 else 1  # |x| <= 255 takes 9 signed bits
+    acc, rest = None, x
+    for i in range(pieces):
+        last = i == pieces - 1
+        digit = rest if last else xp.bitwise_and(rest, np.int32((1 << bits) - 1))
+        y = xp.astype(xp.conv(xp.astype(digit, _F32), wf, **window_args), _I32)
+        y = y if i == 0 else y * np.int32(1 << (bits * i))
+        acc = y if acc is None else acc + y
+        if not last:
+            rest = xp.right_shift(rest, np.int32(bits))
+    return acc
 
 
 @op("ConvInteger", 10)

@@ -38,20 +38,29 @@ def _activations(names, alphas, betas, defaults, n_dirs):
     return [fns[d * per:(d + 1) * per] for d in range(n_dirs)]
 
 
-def _run(xp, cell, x, w, r, b, lens, states, *, gates, direction, layout, clip):
-    """Shared driver. ``cell(xp, xw, state, r, rb) -> new state`` for one step, where ``xw`` is
-    the input projection plus its bias; the first state is the hidden state. Returns Y and the final
-    states, in ONNX layout."""
+def _run(xp, cell, x, w, r, b, lens, states, *, gates, direction, layout, clip, project=None):
+    """Shared driver. ``cell(xp, xw, state, r, rb, d, clip, live) -> new state`` for one step,
+    where ``xw`` is the input projection plus its bias, ``live`` the rows still running (None:
+    all); the first state is the hidden state. Returns Y and the final states, in ONNX layout.
+    ``project(d, x, valid) -> x @ W[d]^T`` replaces the float product of
+    the inputs (DynamicQuantizeLSTM's weights are integers, (dirs, input, gates * hidden));
+    ``valid`` marks the steps of x that some sequence reaches (None: all)."""
     if layout:
         x = xp.transpose(x, (1, 0, 2))
         states = [None if s is None else xp.transpose(s, (1, 0, 2)) for s in states]
     steps, batch = x.shape[0], x.shape[1]
-    hidden = r.shape[-1]
     n_dirs = w.shape[0]
+    # R: LSTM's is (dirs, gates * hidden, hidden), DynamicQuantizeLSTM's (dirs, hidden, gates *
+    # hidden)
+    hidden = r.shape[1] if project is not None else r.shape[-1]
     dtype = xp.dtype_of(x)
-    mask = None
+    mask = live = None
     if lens is not None:
-        mask = xp.arange(steps, dtype=np.int64)[:, None] < xp.astype(lens, np.int64)[None, :]
+        t = xp.arange(steps, dtype=np.int64)[:, None]
+        mask = t < xp.astype(lens, np.int64)[None, :]
+        # Rows whose state entering step t is still running (ORT's Y zeroes it after a row's
+        # last step, and the quantized LSTM quantizes that zero).
+        live = t <= xp.astype(lens, np.int64)[None, :]
     ys, finals = [], []
     for d in range(n_dirs):
         reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
@@ -60,20 +69,25 @@ def _run(xp, cell, x, w, r, b, lens, states, *, gates, direction, layout, clip):
             xd = xp.flip(x, axis=0) if lens is None else reverse_sequence(xp, x, lens)
         wb = b[d, :gates * hidden] if b is not None else 0
         rb = b[d, gates * hidden:] if b is not None else xp.zeros((gates * hidden,), dtype)
-        xw = xp.matmul(xd, xp.transpose(w[d])) + wb  # (steps, batch, gates * hidden)
+        if project is None:
+            xw = xp.matmul(xd, xp.transpose(w[d])) + wb  # (steps, batch, gates * hidden)
+        else:
+            valid = None if lens is None else xp.arange(steps, dtype=np.int64) < xp.max(
+                xp.astype(lens, np.int64))
+            xw = project(d, xd, valid) + wb
         init = [xp.zeros((batch, hidden), dtype) if s is None else s[d] for s in states]
         init = [xp.astype(s, dtype) for s in init]
 
         def step(state, inputs, d=d):
-            xw_t, keep = inputs[0], inputs[1] if len(inputs) > 1 else None
-            new = cell(xp, xw_t, state, r[d], rb, d, clip)
+            xw_t, keep, live = inputs[0], *(inputs[1:] if len(inputs) > 1 else (None, None))
+            new = cell(xp, xw_t, state, r[d], rb, d, clip, live)
             if keep is not None:
                 k = keep[:, None]
                 new = [xp.where(k, n, s) for n, s in zip(new, state)]
                 return new, [xp.where(k, new[0], xp.zeros((), dtype))]
             return new, [new[0]]
 
-        xs = [xw] if mask is None else [xw, mask]
+        xs = [xw] if mask is None else [xw, mask, live]
         if steps:
             final, (y,) = xp.scan(step, init, xs, length=steps)
         else:
@@ -103,7 +117,7 @@ def _n_dirs(direction):
 def _rnn(xp, x, w, r, b, lens, h0, *, activations, alpha, beta, clip, direction, layout):
     acts = _activations(activations, alpha, beta, ["Tanh"], _n_dirs(direction))
 
-    def cell(xp, xw, state, rd, rb, d, clip):
+    def cell(xp, xw, state, rd, rb, d, clip, live):
         (h,) = state
         return [acts[d][0](xp, _clip(xp, xw + xp.matmul(h, xp.transpose(rd)) + rb, clip))]
 
@@ -135,7 +149,7 @@ def _gru(xp, x, w, r, b, lens, h0, *, activations, alpha, beta, clip, direction,
          linear_before_reset):
     acts = _activations(activations, alpha, beta, ["Sigmoid", "Tanh"], _n_dirs(direction))
 
-    def cell(xp, xw, state, rd, rb, d, clip):
+    def cell(xp, xw, state, rd, rb, d, clip, live):
         (h,) = state
         f, g = acts[d]
         n = h.shape[-1]
@@ -175,14 +189,16 @@ def gru(xp, x, w, r, b=None, sequence_lens=None, initial_h=None, *, hidden_size=
 # -- LSTM -----------------------------------------------------------------------------------------
 
 def _lstm(xp, x, w, r, b, lens, h0, c0, p, *, activations, alpha, beta, clip, direction, layout,
-          input_forget):
+          input_forget, project=None, recur=None):
+    """``project`` and ``recur(d, h, live) -> h @ R[d]^T`` replace the float products (see _run)."""
     acts = _activations(activations, alpha, beta, ["Sigmoid", "Tanh", "Tanh"], _n_dirs(direction))
 
-    def cell(xp, xw, state, rd, rb, d, clip):
+    def cell(xp, xw, state, rd, rb, d, clip, live):
         h, c = state
         f, g, hact = acts[d]
         n = h.shape[-1]
-        pre = xw + xp.matmul(h, xp.transpose(rd)) + rb  # gates i, o, f, c
+        hr = xp.matmul(h, xp.transpose(rd)) if recur is None else recur(d, h, live)
+        pre = xw + hr + rb  # gates i, o, f, c
         pi, po, pf = (p[d, :n], p[d, n:2 * n], p[d, 2 * n:]) if p is not None else (0, 0, 0)
         i = f(xp, _clip(xp, pre[:, :n] + pi * c, clip))
         fg = 1 - i if input_forget else f(xp, _clip(xp, pre[:, 2 * n:3 * n] + pf * c, clip))
@@ -192,7 +208,7 @@ def _lstm(xp, x, w, r, b, lens, h0, c0, p, *, activations, alpha, beta, clip, di
         return [o * hact(xp, c_new), c_new]
 
     return _run(xp, cell, x, w, r, b, lens, [h0, c0], gates=4, direction=direction, layout=layout,
-                clip=clip)
+                clip=clip, project=project)
 
 
 @op("LSTM", 1)

@@ -294,12 +294,15 @@ def one_hot(xp, indices, depth, values, *, axis=-1):
 @op("CumSum", 11, static=(1,))
 def cumsum(xp, x, axis, *, exclusive=0, reverse=0):
     axis = _axis(int(np.asarray(axis)), x.ndim)
+    dt = xp.dtype_of(x)
+    if xp.is_half(x):  # ONNX Runtime sums half values in f32, rounding each output once
+        x = xp.astype(x, np.float32)
     if reverse:
         x = xp.flip(x, axis=axis)
     out = xp.cumsum(x, axis=axis, dtype=xp.dtype_of(x))
     if exclusive:
         out = out - x
-    return xp.flip(out, axis=axis) if reverse else out
+    return xp.astype(xp.flip(out, axis=axis) if reverse else out, dt)
 
 
 def _scatter_index(xp, indices, shape, axis):

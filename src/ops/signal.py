@@ -68,6 +68,8 @@ def dft(xp, x, dft_length=None, axis=None, *, inverse=0, onesided=0):
 
 @op("STFT", 17, static=(1, 3))
 def stft(xp, signal, frame_step, window=None, frame_length=None, *, onesided=1):
+    if signal.ndim == 2:  # (batch, length): a real signal, as ONNX Runtime reads it (Kokoro's)
+        signal = xp.expand_dims(signal, -1)
     step = _int(frame_step)
     if frame_length is not None:
         width = _int(frame_length)
@@ -79,7 +81,28 @@ def stft(xp, signal, frame_step, window=None, frame_length=None, *, onesided=1):
     frames = xp.take(signal, xp.asarray(index.astype(np.int64)), axis=1)
     if window is not None:
         frames = frames * xp.reshape(xp.astype(window, xp.dtype_of(signal)), (1, 1, width, 1))
+    if frames.shape[-1] == 1:
+        return _real_frames_dft(xp, frames[..., 0], width, onesided)
     return _dft(xp, frames, width, 2, 0, onesided)
+
+
+def _real_frames_dft(xp, frames, width, onesided):
+    """The DFT of real frames (..., width) as one product with a cos / -sin table (float64 on
+    the host, rounded once). Why not the FFT: it cancels exactly, so a constant frame under a
+    Hann window gets bins of exactly 0 + 0j, where ONNX Runtime's DFT (Bluestein) leaves
+    rounding noise, and exports that take the phase as atan(im / re) (Kokoro's vocoder) read
+    0 / 0 = NaN there. Rounding: a float32 sum of ``width`` terms, as a matmul."""
+    dtype = xp.dtype_of(frames)
+    if dtypes.is_half(dtype):
+        frames = xp.astype(frames, np.float32)
+    bins = width // 2 + 1 if onesided else width
+    k, n = np.arange(bins)[None, :], np.arange(width)[:, None]
+    angle = 2 * np.pi * ((k * n) % width) / width
+    table = np.concatenate([np.cos(angle), -np.sin(angle)], axis=1).astype(
+        xp.dtype_of(frames))
+    y = xp.matmul(frames, xp.asarray(table))  # (..., 2 * bins): real parts, imaginary parts
+    y = xp.stack([y[..., :bins], y[..., bins:]], axis=-1)
+    return xp.astype(y, dtype)
 
 
 def _window(size, periodic, output_datatype, terms):

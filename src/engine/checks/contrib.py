@@ -70,6 +70,8 @@ def output_types(nodes, types, label):
                 raise ModelLoadError(f"{label(node)}: input {i} ({formal[0]!r}) {name!r} is "
                                      f"{type_name(elem)}, where {node.op_type} takes "
                                      f"{', '.join(a[7:-1] for a in allowed)}")
+            if formal[2] == "Variadic":  # QLinearConcat's mix uint8 values and float scales
+                continue
             if bound.setdefault(param, elem) != elem:
                 raise ModelLoadError(f"{label(node)}: input {i} ({formal[0]!r}) {name!r} is "
                                      f"{type_name(elem)}, where {node.op_type}'s other {param} "

@@ -25,9 +25,48 @@ def _act(xp, fn, x, bias=None):
     return xp.astype(fn(xp, xf), xp.dtype_of(x))
 
 
+# MLAS's tanh (mlas/lib/tanh.cpp, Eigen's coefficients): x clamped to [-9, 9], then
+# x * P(x^2) / Q(x^2), each Horner step one fused multiply-add in its AVX kernels.
+_TANH_P = [np.float32(v) for v in (-2.76076847742355e-16, 2.00018790482477e-13,
+                                   -8.60467152213735e-11, 5.12229709037114e-08,
+                                   1.48572235717979e-05, 6.37261928875436e-04,
+                                   4.89352455891786e-03)]
+_TANH_Q = [np.float32(v) for v in (1.19825839466702e-06, 1.18534705686654e-04,
+                                   2.26843463243900e-03, 4.89352518554385e-03)]
+
+
+def _fma(xp, a, b, c):
+    """a * b + c rounded once to f32: the f64 product of two f32 values is exact."""
+    f64 = np.float64
+    return xp.astype(xp.astype(a, f64) * xp.astype(b, f64) + xp.astype(c, f64), np.float32)
+
+
+def _mlas_tanh(xp, v):
+    v = xp.clip(v, np.float32(-9), np.float32(9))
+    v2 = v * v
+    p = _fma(xp, v2, _TANH_P[0], _TANH_P[1])
+    for a in _TANH_P[2:]:
+        p = _fma(xp, p, v2, a)
+    q = _fma(xp, v2, _TANH_Q[0], _TANH_Q[1])
+    for b in _TANH_Q[2:]:
+        q = _fma(xp, q, v2, b)
+    return p * v / q
+
+
 @op("FastGelu", 1, domain=MS)
 def fast_gelu(xp, x, bias=None):
-    return _act(xp, _tanh_gelu, x, bias)
+    """As ONNX Runtime's CPU kernel computes it, operation for operation (bert/bias_gelu.cc):
+    (x / 2) * (1 + tanh(x * (C x x + B))) with MLAS's tanh. Its outputs feed dynamically
+    quantized matmuls in int8 exports (Kokoro's ALBERT), where an ulp's difference can move a
+    value across a rounding step; this gives ORT's values bit for bit."""
+    if xp.dtype_of(x) == np.float64:
+        return _act(xp, _tanh_gelu, x, bias)
+    v = f32(xp, x) if bias is None else f32(xp, x) + f32(xp, bias)
+    # ORT's (C * v) * v, written with the array first (a NumPy scalar first would pull an MLX
+    # array to the host); a product's operands commute exactly
+    inner = v * (v * np.float32(0.035677408136300125) * v + _SQRT_2_OVER_PI)
+    y = (v * np.float32(0.5)) * (_mlas_tanh(xp, inner) + np.float32(1))
+    return xp.astype(y, xp.dtype_of(x))
 
 
 @op("Gelu", 1, domain=MS)
