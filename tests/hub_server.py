@@ -5,6 +5,8 @@
 - ``GET /api/models?filter=TAG&pipeline_tag=TASK&sort=downloads&limit=N`` -> the repos that have
   every tag and the task, most downloaded first, one page (hf_api.py ``list_models``; the
   ``tags``, ``pipeline_tag`` and ``downloads`` of ``add``);
+- ``GET /api/models/{org}/{name}/tree/{rev}?recursive=True`` -> ``[{"type": "file", "path", "size",
+  "oid", "lfs"?}]`` (hf_api.py ``list_repo_tree``, which ``snapshot_download`` calls);
 - ``HEAD|GET /{org}/{name}/resolve/{rev}/{path}`` -> regular files with ``ETag`` (git blob sha1),
   ``X-Repo-Commit`` and ``Content-Length``; LFS-like files (``.onnx``, external data) answer
   ``302`` to a second "CDN" server (another port, hence another origin) with ``X-Linked-Etag``
@@ -48,7 +50,7 @@ def is_lfs(path: str) -> bool:
 class Fault:
     """What the next ``times`` requests (None: all) on ``where`` for ``path`` (None: any) get.
 
-    ``where``: "api" (model_info), "head" / "get" (HEAD / GET on /resolve: metadata, and the
+    ``where``: "api" (model_info), "tree" (list_repo_tree), "head" / "get" (HEAD / GET on /resolve: metadata, and the
     bytes of regular files), "cdn" (the bytes of LFS files). ``stall``: seconds to wait before
     answering; ``status`` (+ ``code``, the X-Error-Code): an error answer instead; ``mangle``:
     "flip" (every byte inverted), "truncate" (half, with Content-Length saying half) or "cut"
@@ -256,6 +258,11 @@ class _HubHandler(_Handler):
         if parts == ["api", "models"]:
             fake.log.append(("hub", "LIST", None))
             return self.list_models(parse_qs(urlsplit(self.path).query), head)
+        if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "tree":
+            fake.log.append(("hub", "TREE", None))
+            if self.fault("tree", None, head) is True:
+                return
+            return self.tree(parts[2] + "/" + parts[3], parts[5], head)
         if parts[:2] == ["api", "models"] and len(parts) >= 4:
             fake.log.append(("hub", "API", None))
             if self.fault("api", None, head) is True:
@@ -292,6 +299,23 @@ class _HubHandler(_Handler):
         if repo.get("pipeline_tag"):
             info["pipeline_tag"] = repo["pipeline_tag"]
         self.send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
+
+    def tree(self, repo_id, revision, head):
+        """Every file at ``revision`` (recursive; one page): git blob sha1, and sha256 for LFS."""
+        repo = self.repo(repo_id, head)
+        if repo is None:
+            return
+        commit, files = self.server.fake.files_at(repo_id, revision)
+        if files is None:
+            return self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+        items = []
+        for path, data in sorted(files.items()):
+            item = {"type": "file", "path": path, "size": len(data), "oid": git_sha1(data)}
+            if is_lfs(path):
+                item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
+                               "pointerSize": 134}
+            items.append(item)
+        self.send(200, json.dumps(items).encode(), {"Content-Type": "application/json"}, head)
 
     def list_models(self, query, head):
         """The public repos with every ``filter`` tag and the ``pipeline_tag``, sorted by
@@ -376,6 +400,7 @@ class _CdnHandler(_Handler):
 def fake_hub(tmp_path, monkeypatch):
     """A running FakeHub; huggingface_hub points at it, with HF_HOME under tmp_path."""
     from huggingface_hub import constants, file_download
+    from huggingface_hub.utils import _http
 
     fake = FakeHub()
     fake.start()
@@ -393,7 +418,10 @@ def fake_hub(tmp_path, monkeypatch):
                        "HUGGINGFACE_CO_URL_TEMPLATE":
                            fake.url + "/{repo_id}/resolve/{revision}/{filename}"}.items():
         monkeypatch.setattr(constants, key, value)
-    # Resumed downloads wait 1 s between tries; a dying server needs no waiting here.
-    monkeypatch.setattr(file_download, "time", SimpleNamespace(sleep=lambda seconds: None))
+    # Resumed downloads wait 1 s between tries, and retried requests back off for up to 23 s;
+    # a failing loopback server needs no waiting.
+    no_wait = SimpleNamespace(sleep=lambda seconds: None)
+    monkeypatch.setattr(file_download, "time", no_wait)
+    monkeypatch.setattr(_http, "time", no_wait)
     yield fake
     fake.stop()

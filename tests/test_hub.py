@@ -642,9 +642,10 @@ def test_download_cut_short_resumes(fake_hub):
     ("config.json", False), ("onnx/model.onnx", False), ("onnx/model.onnx_data", False),
     # ETags that are no hash (some mirrors): parsing tells (external data has no format to parse)
     ("config.json", True), ("onnx/model.onnx", True)])
-def test_corrupt_download_is_dropped(fake_hub, tmp_path, path, opaque):
+def test_corrupt_download_is_dropped(fake_hub, tmp_path, monkeypatch, path, opaque):
     """Bytes that are not the file (flipped, same size) are caught: by the ETag where it is a hash
     (git sha1 or sha256), else by parsing (.json, .onnx); then the next try succeeds."""
+    monkeypatch.setenv("TRANSMUTER_VERIFY_DOWNLOADS", "1")  # huggingface_hub checks only sizes
     name = "org/corrupt"
     fake_hub.add(name, {"config.json": config(), **with_external_data(tmp_path, "onnx/model.onnx",
                                                                       7.0)})
@@ -653,7 +654,7 @@ def test_corrupt_download_is_dropped(fake_hub, tmp_path, path, opaque):
     with pytest.raises(HubError, match=rf"Downloading '{path}' of '{name}' .* corrupt.*removed "
                                        r"from the cache.*run again"):
         hub.resolve(name).onnx_file()
-    assert path not in " ".join(storage_files(name))
+    assert not [f for f in storage_files(name) if f.endswith("/" + path)]
     assert not [f for f in storage_files(name) if f.startswith("blobs/")
                 and (Path(os.environ["HF_HUB_CACHE"]) / ("models--" + name.replace("/", "--"))
                      / f).stat().st_size == 0]
@@ -662,8 +663,9 @@ def test_corrupt_download_is_dropped(fake_hub, tmp_path, path, opaque):
     assert weight(hub.resolve(name).onnx_file()) == 7.0
 
 
-def test_tampered_bytes_with_a_matching_length_header(fake_hub):
+def test_tampered_bytes_with_a_matching_length_header(fake_hub, monkeypatch):
     # HEAD and GET agree on a truncated size, so only the ETag (git sha1) can tell.
+    monkeypatch.setenv("TRANSMUTER_VERIFY_DOWNLOADS", "1")
     name = small_repo(fake_hub)
     fake_hub.fault("head", "config.json", mangle="truncate")
     fake_hub.fault("get", "config.json", mangle="truncate")
@@ -671,3 +673,116 @@ def test_tampered_bytes_with_a_matching_length_header(fake_hub):
         hub.resolve(name).onnx_file()
     fake_hub.faults.clear()
     assert weight(hub.resolve(name).onnx_file()) == VALUES["fp32"]
+
+
+def test_downloads_are_hashed_only_when_asked(fake_hub, tmp_path, monkeypatch):
+    # huggingface_hub has checked each size already; hashing every file again is opt-in.
+    from transmuter.hub import repo as repo_module
+    checked = []
+    real = repo_module.corruption
+    monkeypatch.setattr(repo_module, "corruption", lambda local, path, *args:
+                        checked.append(path) or real(local, path, *args))
+    fake_hub.add("org/ext", {"config.json": config(),
+                             **with_external_data(tmp_path, "onnx/model.onnx", 7.0)})
+    assert weight(hub.resolve("org/ext").onnx_file()) == 7.0
+    assert checked == []
+    monkeypatch.setenv("TRANSMUTER_VERIFY_DOWNLOADS", "1")
+    fake_hub.add("org/ext2", {"config.json": config(),
+                              **with_external_data(tmp_path, "onnx/model.onnx", 7.0)})
+    assert weight(hub.resolve("org/ext2").onnx_file()) == 7.0
+    assert sorted(checked) == ["config.json", "onnx/model.onnx", "onnx/model.onnx_data"]
+
+
+# --- several files at once: one snapshot_download (issue 41) -------------------------------------
+
+def ext_repo(fake_hub, tmp_path, name="org/ext"):
+    """config.json, and onnx/model.onnx with its external data onnx/model.onnx_data."""
+    fake_hub.add(name, {"config.json": config(),
+                        **with_external_data(tmp_path, "onnx/model.onnx", 7.0)})
+    return name
+
+
+def test_graph_and_external_data_come_in_one_snapshot(fake_hub, tmp_path, monkeypatch):
+    import huggingface_hub
+    calls = []
+    real = huggingface_hub.snapshot_download
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda *args, **kwargs: calls.append((args, kwargs)) or real(*args, **kwargs))
+    repo = hub.resolve(ext_repo(fake_hub, tmp_path))
+    assert weight(repo.onnx_file()) == 7.0
+    [(args, kwargs)] = calls
+    assert args == ("org/ext",) and kwargs["revision"] == repo.commit
+    assert kwargs["allow_patterns"] == ["onnx/model.onnx", "onnx/model.onnx_data"]
+    assert sorted(fake_hub.downloads()) == ["config.json", "onnx/model.onnx",
+                                            "onnx/model.onnx_data"]
+    assert [entry[1] for entry in fake_hub.log].count("TREE") == 1
+    fake_hub.stop()  # cached: no snapshot, no request
+    assert weight(hub.resolve("org/ext").onnx_file()) == 7.0
+    assert len(calls) == 1
+
+
+def test_literal_patterns():
+    import fnmatch
+    from transmuter.hub.repo import _literal
+    for path in ("onnx/model.onnx", "weird[1]*?.onnx"):
+        assert fnmatch.fnmatchcase(path, _literal(path))
+    assert not fnmatch.fnmatchcase("onnx/model_q4.onnx", _literal("onnx/model*.onnx"))
+
+
+@pytest.mark.parametrize("where, path", [("head", "onnx/model.onnx_data"),
+                                         ("head", "onnx/model.onnx"), ("tree", None)])
+def test_server_error_once_is_retried(fake_hub, tmp_path, where, path):
+    # One HTTP 503 on a file's metadata: huggingface_hub asks again (after a back-off) and the
+    # load goes on, where a file-by-file download stopped at the first 5xx.
+    name = ext_repo(fake_hub, tmp_path)
+    fault = fake_hub.fault(where, path, status=503, times=1)
+    assert weight(hub.resolve(name).onnx_file()) == 7.0
+    assert fault not in fake_hub.faults  # it was met
+    # the listing too was asked again, rather than the files fetched one by one after it failed
+    assert [entry[1] for entry in fake_hub.log].count("TREE") == (2 if where == "tree" else 1)
+    assert sorted(fake_hub.downloads()) == ["config.json", "onnx/model.onnx",
+                                            "onnx/model.onnx_data"]
+
+
+def test_tree_listing_failing_falls_back_to_file_by_file(fake_hub, tmp_path):
+    # snapshot_download lists the repo's tree first (retrying a 5xx); when that keeps failing it
+    # returns the partial snapshot folder without a word: the files still missing come one by one.
+    name = ext_repo(fake_hub, tmp_path)
+    fake_hub.fault("tree", status=502)
+    assert weight(hub.resolve(name).onnx_file()) == 7.0
+    assert [entry[1] for entry in fake_hub.log].count("TREE") == 6  # 1 + 5 retries
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_server_error_in_a_snapshot_is_reported_as_such(fake_hub, tmp_path, status):
+    name = ext_repo(fake_hub, tmp_path)
+    fake_hub.fault("cdn", "onnx/model.onnx_data", status=status)
+    with pytest.raises(HubError) as info:
+        hub.resolve(name).onnx_file()
+    message = str(info.value)
+    assert message.startswith("Downloading ")
+    assert f"HTTP {status}, a server error" in message and "try again later" in message
+    assert repr(name) in message and "'onnx/model.onnx_data'" in message
+    assert "onnx/model.onnx_data" not in " ".join(storage_files(name))
+    fake_hub.faults.clear()
+    assert weight(hub.resolve(name).onnx_file()) == 7.0
+
+
+def test_stalled_download_in_a_snapshot_times_out(fake_hub, tmp_path, monkeypatch):
+    import time
+    short_timeouts(monkeypatch)
+    name = ext_repo(fake_hub, tmp_path)
+    fake_hub.fault("cdn", "onnx/model.onnx_data", stall=STALL)
+    start = time.monotonic()
+    with pytest.raises(HubError) as info:
+        hub.resolve(name).onnx_file()
+    # huggingface_hub resumes a silent download 5 times (its 1 s waits are skipped here)
+    assert time.monotonic() - start < STALL / 2
+    message = str(info.value)
+    assert message.startswith("Downloading 'onnx/model.onnx_data' of 'org/ext' failed: ")
+    for part in (fake_hub.url, "within 0.5 s (HF_HUB_DOWNLOAD_TIMEOUT)",
+                 "set HF_HUB_DOWNLOAD_TIMEOUT"):
+        assert part in message
+    assert "onnx/model.onnx_data" not in " ".join(storage_files(name))
+    fake_hub.faults.clear()
+    assert weight(hub.resolve(name).onnx_file()) == 7.0

@@ -3,12 +3,19 @@
     repo = hub.resolve("Xenova/all-MiniLM-L6-v2")   # or a folder; revision=, token=, cache_dir=
     path = repo.onnx_file("decoder_model_merged", task_default="q4")  # + its external data
 
-Downloads go file by file through huggingface_hub (its cache, HF_HOME, HF_ENDPOINT,
-HF_HUB_OFFLINE), so only the chosen variant is fetched. Every request has a time-out:
+Downloads go through huggingface_hub (its cache, HF_HOME, HF_ENDPOINT, HF_HUB_OFFLINE), and only
+the files a load needs are fetched: an ONNX graph and its external data together in one
+``snapshot_download`` (``allow_patterns`` naming exactly them: parallel, one progress bar, its
+retries), a lone file through ``hf_hub_download``. Every request has a time-out:
 HF_HUB_ETAG_TIMEOUT for the API and file metadata, HF_HUB_DOWNLOAD_TIMEOUT for silence while
-downloading (seconds, default 10 each; huggingface_hub reads both when imported). A fresh
-download is checked against its ETag (sha256, or git sha1) before it is kept. Variant rules
-follow transformers.js (packages/transformers/src/models/session.js `getSession`,
+downloading (seconds, default 10 each; huggingface_hub reads both when imported).
+
+huggingface_hub checks that a download has the size the server announced (and resumes one cut
+short); it hashes Xet-stored files as it rebuilds them, but not bytes that come over plain HTTP.
+Set TRANSMUTER_VERIFY_DOWNLOADS=1 to also check each fresh download against its ETag (sha256,
+or git sha1; a file whose ETag is no hash is parsed instead) before it is kept.
+
+Variant rules follow transformers.js (packages/transformers/src/models/session.js `getSession`,
 src/utils/dtypes.js, src/utils/model-loader.js `getModelDataFiles`).
 """
 
@@ -108,13 +115,19 @@ class Repo:
         """Fetch the ONNX file ``path`` and its external data; return its local path."""
         if use_external_data_format is None:
             use_external_data_format = self.js_config().get("use_external_data_format")
-        local = self.file(path)
+        if not self.has(path):
+            raise missing_file_error(self.label, path, self.files())
         extras = external_data_files(self.files(), path, use_external_data_format)
+        local = self.prefetch([path, *extras])[0]
         if self._scan_onnx and os.path.getsize(local) <= SCAN_LIMIT:
-            extras += referenced_files(local, posixpath.dirname(path))
-        for extra in extras:
-            self.file(extra)
+            # data named only inside the graph (already here when the name follows the rules)
+            for extra in referenced_files(local, posixpath.dirname(path)):
+                self.file(extra)
         return local
+
+    def prefetch(self, paths) -> list[str]:
+        """Local paths of ``paths`` (all in the repo), fetched together where the repo can."""
+        return [self._fetch(path) for path in paths]
 
 
 class LocalRepo(Repo):
@@ -172,8 +185,8 @@ def resolve(source, *, revision=None, cache_dir=None, local_files_only=False, to
 # --- the Hub, through huggingface_hub ------------------------------------------------------------
 
 class HubRepo(Repo):
-    """A Hub repo at one commit: one API call lists its files, then files download one by one
-    into huggingface_hub's cache. Offline (``local_files_only``, HF_HUB_OFFLINE, or the Hub
+    """A Hub repo at one commit: one API call lists its files, then the files a load needs
+    download into huggingface_hub's cache. Offline (``local_files_only``, HF_HUB_OFFLINE, or the Hub
     unreachable) it lists the files the cache holds for the revision."""
 
     _scan_onnx = True
@@ -259,8 +272,7 @@ class HubRepo(Repo):
 
     def _fetch(self, path):
         from huggingface_hub import constants, hf_hub_download
-        pointer = os.path.join(self._storage(), "snapshots", self.commit, *path.split("/"))
-        fresh = not self.offline and not os.path.exists(pointer)  # else no request is made
+        fresh = not self.offline and not os.path.exists(self._pointer(path))  # else no request
         step = "metadata"
         try:
             # Asked first, once, with the time-out: hf_hub_download retries a failed HEAD up to
@@ -273,9 +285,40 @@ class HubRepo(Repo):
                                     etag_timeout=constants.HF_HUB_ETAG_TIMEOUT)
         except Exception as e:
             raise self._error(e, path, step) from e
-        if fresh:
+        if fresh and verify_downloads():
             self._verify(path, local, etag)
         return local
+
+    def prefetch(self, paths) -> list[str]:
+        """Two or more files missing from the cache come in one ``snapshot_download`` of exactly
+        those paths at the resolved commit (parallel, one progress bar, huggingface_hub's
+        retries: a HEAD that fails with a 5xx or a time-out is asked again with back-off). A
+        lone file, or any offline, goes through ``_fetch``: a snapshot would first list the whole
+        repo's tree."""
+        missing = [p for p in dict.fromkeys(paths) if not os.path.exists(self._pointer(p))]
+        if self.offline or len(missing) < 2:
+            return [self._fetch(path) for path in paths]
+        from huggingface_hub import constants, snapshot_download
+        try:
+            snapshot_download(self.name, revision=self.commit, cache_dir=self.cache_dir,
+                              token=self.token, endpoint=self.endpoint,
+                              allow_patterns=[_literal(p) for p in missing],
+                              etag_timeout=constants.HF_HUB_ETAG_TIMEOUT,
+                              max_workers=min(8, len(missing)))
+        except Exception as e:
+            failed = [p for p in missing if not os.path.exists(self._pointer(p))] or missing
+            raise self._error(e, failed, "download") from e
+        if verify_downloads():
+            for path in missing:  # the cache names each blob by its ETag
+                if os.path.exists(local := self._pointer(path)):
+                    self._verify(path, local, os.path.basename(os.path.realpath(local)))
+        # Any the snapshot did not bring (its tree listing failed, and it fell back to the
+        # partial snapshot folder without a word) come one by one, with their own errors.
+        return [self._fetch(path) for path in paths]
+
+    def _pointer(self, path):
+        """Where the snapshot of ``self.commit`` holds ``path`` (a link to its blob)."""
+        return os.path.join(self._storage(), "snapshots", self.commit, *path.split("/"))
 
     def _metadata(self, path):
         from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
@@ -284,8 +327,9 @@ class HubRepo(Repo):
                                     endpoint=self.endpoint)
 
     def _verify(self, path, local, etag):
-        """Keep a fresh download only if it is the file: huggingface_hub checks its size, not its
-        hash, so wrong bytes would stay cached and fail every later load."""
+        """Keep a fresh download only if it is the file (TRANSMUTER_VERIFY_DOWNLOADS=1):
+        huggingface_hub checks its size, not its hash, so wrong bytes would stay cached and fail
+        every later load."""
         if (reason := corruption(local, path, etag, SCAN_LIMIT)) is None:
             return
         for stale in dict.fromkeys((os.path.realpath(local), local)):  # the blob, its link
@@ -298,6 +342,8 @@ class HubRepo(Repo):
     def _error(self, e, path=None, step="metadata") -> HubError:
         from huggingface_hub import errors
         what, hint = repr(self.name), "pass token=... (or set HF_TOKEN, or run `hf auth login`)"
+        # path: one file, or those a snapshot left missing
+        names = ", ".join(map(repr, path)) if isinstance(path, list) else repr(path)
         if isinstance(e, errors.LocalEntryNotFoundError) and not self.offline and e.__cause__:
             e, step = e.__cause__, "metadata"  # hf_hub_download's HEAD failed: that is the news
         status = _status(e)
@@ -310,17 +356,17 @@ class HubRepo(Repo):
         if isinstance(e, errors.RevisionNotFoundError):
             return HubError(f"{what} has no revision {self.revision!r}.")
         if isinstance(e, errors.RemoteEntryNotFoundError):
-            return HubError(f"{self.endpoint} has no {path!r} in {what} at {self.commit} (HTTP 404)"
+            return HubError(f"{self.endpoint} has no {names} in {what} at {self.commit} (HTTP 404)"
                             ", though it lists it. The repo may be changing: run again later.")
         if isinstance(e, errors.HfHubHTTPError) and status in (401, 403):
             return HubError(f"{self.endpoint} refused access to {what} (HTTP {status}): {hint}.")
         if isinstance(e, errors.HFValidationError):
             return HubError(f"{what} is not a valid Hub repo id ({e}).")
         if isinstance(e, errors.FileMetadataError):
-            return HubError(f"{self.endpoint} answered for {path!r} of {what} without a Hub's "
+            return HubError(f"{self.endpoint} answered for {names} of {what} without a Hub's "
                             f"headers ({e}). Check HF_ENDPOINT.")
         if isinstance(e, errors.LocalEntryNotFoundError):
-            return HubError(f"{path!r} of {what} is not in the cache at {self.cache_dir}, and "
+            return HubError(f"{names} of {what} is not in the cache at {self.cache_dir}, and "
                             "offline mode (local_files_only=True or HF_HUB_OFFLINE=1) forbids "
                             "downloading it. Run once online.")
         if path is None:  # _resolve handles the transient failures
@@ -328,11 +374,11 @@ class HubRepo(Repo):
         if _transient(e):
             variable = "HF_HUB_ETAG_TIMEOUT" if step == "metadata" else "HF_HUB_DOWNLOAD_TIMEOUT"
             fault, fix, _ = self._fault(e, "download it", variable)
-            return HubError(f"Downloading {path!r} of {what} failed: {fault}. It is not in the "
+            return HubError(f"Downloading {names} of {what} failed: {fault}. It is not in the "
                             f"cache, and nothing partial was kept. {fix}.")
         if isinstance(e, OSError) and "Consistency check failed" in str(e):
             e = f"the download was incomplete ({str(e).splitlines()[0].rstrip('.')})"
-        return HubError(f"Downloading {path!r} of {what} from {self.endpoint} failed: {e}. "
+        return HubError(f"Downloading {names} of {what} from {self.endpoint} failed: {e}. "
                         "Nothing partial was kept in the cache; run again to retry.")
 
     def _fault(self, e, doing, variable):
@@ -418,6 +464,16 @@ def _is_absolute(path) -> bool:
     # Python 3.13 os.path.isabs no longer calls "/x" absolute there.
     return (path.startswith(("/", "\\")) or os.path.isabs(path)
             or bool(os.path.splitdrive(path)[0]))
+
+
+def verify_downloads() -> bool:
+    """Whether TRANSMUTER_VERIFY_DOWNLOADS asks to hash each fresh download (read per download)."""
+    return os.environ.get("TRANSMUTER_VERIFY_DOWNLOADS", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _literal(path):
+    """``path`` as an fnmatch pattern matching only itself (allow_patterns are patterns)."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
 
 
 def _httpx():
