@@ -305,7 +305,7 @@ class _HubHandler(_Handler):
         repo = self.repo(repo_id, head)
         if repo is None:
             return
-        commit, files = self.server.fake.files_at(repo_id, revision)
+        _, files = self.server.fake.files_at(repo_id, revision)
         if files is None:
             return self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
         items = []

@@ -723,6 +723,7 @@ def test_graph_and_external_data_come_in_one_snapshot(fake_hub, tmp_path, monkey
 
 def test_literal_patterns():
     import fnmatch
+
     from transmuter.hub.repo import _literal
     for path in ("onnx/model.onnx", "weird[1]*?.onnx"):
         assert fnmatch.fnmatchcase(path, _literal(path))
@@ -786,3 +787,24 @@ def test_stalled_download_in_a_snapshot_times_out(fake_hub, tmp_path, monkeypatc
     assert "onnx/model.onnx_data" not in " ".join(storage_files(name))
     fake_hub.faults.clear()
     assert weight(hub.resolve(name).onnx_file()) == 7.0
+
+
+def test_pipeline_settings_come_in_one_snapshot(fake_hub, monkeypatch):
+    import huggingface_hub
+    calls = []
+    real = huggingface_hub.snapshot_download
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda *args, **kwargs: calls.append(kwargs["allow_patterns"])
+                        or real(*args, **kwargs))
+    folder = Path(__file__).parent / "fixtures" / "bert-sequence-classification"
+    files = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+             if p.is_file() and "references" not in p.parts}
+    fake_hub.add("org/classifier", files)
+    pipe = transmuter.pipeline("text-classification", "org/classifier")
+    local = transmuter.pipeline("text-classification", folder)
+    assert pipe("a text") == local("a text")
+    assert calls == [["config.json", "tokenizer.json", "tokenizer_config.json",
+                      "special_tokens_map.json"]]
+    gets = fake_hub.downloads()
+    assert sorted(gets) == sorted(set(gets))  # each file once
+    assert "onnx/model.onnx" in gets and "vocab.txt" not in gets

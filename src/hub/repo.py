@@ -6,12 +6,16 @@
 Downloads go through huggingface_hub (its cache, HF_HOME, HF_ENDPOINT, HF_HUB_OFFLINE), and only
 the files a load needs are fetched: an ONNX graph and its external data together in one
 ``snapshot_download`` (``allow_patterns`` naming exactly them: parallel, one progress bar, its
-retries), a lone file through ``hf_hub_download``. Every request has a time-out:
-HF_HUB_ETAG_TIMEOUT for the API and file metadata, HF_HUB_DOWNLOAD_TIMEOUT for silence while
-downloading (seconds, default 10 each; huggingface_hub reads both when imported).
+retries), as are a pipeline's settings files (``prefetch_settings``); a lone file comes through
+``hf_hub_download``. Every request has a time-out: HF_HUB_ETAG_TIMEOUT for the API and file
+metadata, HF_HUB_DOWNLOAD_TIMEOUT for silence while downloading (seconds, default 10 each;
+huggingface_hub reads both when imported), but for the tree listing ``snapshot_download`` asks
+first, once per commit (huggingface_hub 2.x's ``list_repo_tree`` takes no time-out).
 
 huggingface_hub checks that a download has the size the server announced (and resumes one cut
-short); it hashes Xet-stored files as it rebuilds them, but not bytes that come over plain HTTP.
+short), but hashes no bytes that come over plain HTTP (file_download.py ``http_get``; only a
+``local_dir`` copy is compared with its sha256); Xet-stored files are rebuilt by hf_xet from
+content-addressed chunks.
 Set TRANSMUTER_VERIFY_DOWNLOADS=1 to also check each fresh download against its ETag (sha256,
 or git sha1; a file whose ETag is no hash is parsed instead) before it is kept.
 
@@ -129,6 +133,11 @@ class Repo:
         """Local paths of ``paths`` (all in the repo), fetched together where the repo can."""
         return [self._fetch(path) for path in paths]
 
+    def prefetch_settings(self) -> list[str]:
+        """Fetch together the settings files (PIPELINE_SETTINGS) the repo has: a pipeline reads
+        them one by one as its tokenizer, processor and generation settings load."""
+        return self.prefetch([f for f in PIPELINE_SETTINGS if self.has(f)])
+
 
 class LocalRepo(Repo):
     """A folder laid out like a Hub repo (config.json, onnx/*.onnx, ...)."""
@@ -153,6 +162,13 @@ def _walk(folder) -> list[str]:
 
 # files of settings: a JSON object at the top, whatever the caller's default
 SETTINGS_FILES = ("config.json", "special_tokens_map.json")
+# The small files beside the graphs that pipelines read (config, tokenizer, processor,
+# generation, chat template, sentence-transformers), as transformers.js' AutoTokenizer /
+# AutoProcessor / AutoConfig fetch them.
+PIPELINE_SETTINGS = ("config.json", "generation_config.json", "tokenizer.json",
+                     "tokenizer_config.json", "special_tokens_map.json",
+                     "preprocessor_config.json", "processor_config.json", "chat_template.json",
+                     "chat_template.jinja", "config_sentence_transformers.json", "modules.json")
 # config.json's context lengths (generation reads the first present)
 POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
 
@@ -292,9 +308,10 @@ class HubRepo(Repo):
     def prefetch(self, paths) -> list[str]:
         """Two or more files missing from the cache come in one ``snapshot_download`` of exactly
         those paths at the resolved commit (parallel, one progress bar, huggingface_hub's
-        retries: a HEAD that fails with a 5xx or a time-out is asked again with back-off). A
-        lone file, or any offline, goes through ``_fetch``: a snapshot would first list the whole
-        repo's tree."""
+        retries: a file's HEAD that fails with a 429, a 5xx or a time-out is asked again, with
+        back-off and 60 s time-outs, so a stalled HEAD costs minutes here where ``_fetch`` stops
+        at HF_HUB_ETAG_TIMEOUT). A lone file, or any offline, goes through ``_fetch``: a snapshot
+        would first list the whole repo's tree."""
         missing = [p for p in dict.fromkeys(paths) if not os.path.exists(self._pointer(p))]
         if self.offline or len(missing) < 2:
             return [self._fetch(path) for path in paths]

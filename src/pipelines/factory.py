@@ -76,6 +76,7 @@ def _pipeline(task, model, *, tokenizer=None, image_processor=None, feature_extr
             repo = hub.resolve(config, **where)
     else:
         repo = hub.resolve(model, **where)
+        repo.prefetch_settings()  # in one download, before the featurizers read them one by one
         # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...), a
         # family its own (the repo's config.json says which)
         reads = registry.get(task, repo.config().get("model_type"))
