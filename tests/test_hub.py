@@ -808,3 +808,20 @@ def test_pipeline_settings_come_in_one_snapshot(fake_hub, monkeypatch):
     gets = fake_hub.downloads()
     assert sorted(gets) == sorted(set(gets))  # each file once
     assert "onnx/model.onnx" in gets and "vocab.txt" not in gets
+
+
+def test_hostile_tree_names_are_not_fetched_by_a_snapshot(fake_hub, tmp_path):
+    # The tree listing snapshot_download asks for lists the hostile names too; only the exact,
+    # checked paths are allowed, so none of them is asked for or written.
+    bad = ["../../evil.onnx", "/etc/evil.onnx", "onnx/../../evil.onnx", "onnx/*", "..\\evil.onnx",
+           "onnx/model.onnx_data/../../../evil"]
+    name = ext_repo(fake_hub, tmp_path)
+    fake_hub.add(name, {**fake_hub.repos[name]["commits"][fake_hub.repos[name]["refs"]["main"]],
+                        **{path: b"evil" for path in bad}})
+    assert weight(hub.resolve(name).onnx_file()) == 7.0
+    assert sorted(fake_hub.downloads()) == ["config.json", "onnx/model.onnx",
+                                            "onnx/model.onnx_data"]
+    assert [entry[1] for entry in fake_hub.log].count("TREE") == 1
+    home = Path(os.environ["HF_HOME"]).relative_to(tmp_path)
+    assert [f for f in files_under(tmp_path) if not f.startswith(str(home))
+            and not f.startswith("ext-")] == []
