@@ -1,6 +1,6 @@
 """Whether a fresh Hub download is the file the server meant: huggingface_hub checks a
 download's size, never its hash, so wrong bytes of the right length would stay cached under the
-ETag's name and fail every later load."""
+ETag's name and fail every later load. Asked with TRANSMUTER_VERIFY_DOWNLOADS=1 (hub/repo.py)."""
 
 import hashlib
 import json
