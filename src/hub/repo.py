@@ -324,13 +324,17 @@ class HubRepo(Repo):
                               max_workers=min(8, len(missing)))
         except Exception as e:
             failed = [p for p in missing if not os.path.exists(self._pointer(p))] or missing
-            raise self._error(e, failed, "download") from e
+            # huggingface_hub asks a failing HEAD again and resumes a silent download, but takes
+            # a GET answered with a 5xx or a 429 as final: those files get one more try below.
+            if not (_status(e) or 0) >= 500 and _status(e) != 429:
+                raise self._error(e, failed, "download") from e
+            log.warning("%s: %s failed (%s); trying again one by one", self.name, failed, e)
         if verify_downloads():
             for path in missing:  # the cache names each blob by its ETag
                 if os.path.exists(local := self._pointer(path)):
                     self._verify(path, local, os.path.basename(os.path.realpath(local)))
-        # Any the snapshot did not bring (its tree listing failed, and it fell back to the
-        # partial snapshot folder without a word) come one by one, with their own errors.
+        # Any the snapshot did not bring (a 5xx above, or its tree listing failed and it fell
+        # back to the partial snapshot folder without a word) come one by one, with our errors.
         return [self._fetch(path) for path in paths]
 
     def _pointer(self, path):
