@@ -49,9 +49,10 @@ void ParallelFor(ffi::ThreadPool &pool, int64_t n, int64_t grain, F fn) {
   }
 }
 
-// Below this many weight bytes x rows a product runs on the calling thread alone: waking the
-// pool cost more than it saved (measured in bench/matmul_nbits.py).
-constexpr int64_t kParallelWork = int64_t{1} << 16;
+// Below this many weight bytes x rows a product runs on the calling thread alone: waking XLA's
+// pool cost more than it saved (bench/matmul_nbits.py, 2 cores, one row: 3072x1024 4-bit 179 us
+// split from 64 KB, 122 us alone; the 49152x576 lm_head 1.33 ms alone, 1.03-1.09 ms split).
+constexpr int64_t kParallelWork = int64_t{1} << 21;
 
 ffi::Error MatMulNBits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBuffer b,
                        ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> zero_points,
