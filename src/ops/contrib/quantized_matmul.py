@@ -213,7 +213,8 @@ def int8_blocks(xp, a, block_size):
                        np.float32(0))
     q = xp.clip(xp.round(blocks * inverse), -128, 127) * (amax / np.float32(127))
     q = xp.reshape(q, lead + (n_blocks * block_size,))[..., :k]
-    return af + xp.stop_gradient(q - af)
+    # exactly q (x - x is 0), with A's gradient passed straight through (none through q)
+    return xp.stop_gradient(q) + (af - xp.stop_gradient(af))
 
 
 def xla_nbits(xp, a, b, scales, zero_points, *, g_idx, k, n, bits, block_size, accuracy_level=0):
@@ -280,8 +281,10 @@ def matmul_nbits(xp, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K
                           n_blocks=-(-K // block_size), bits=bits)
     sizes = dict(k=K, n=N, bits=bits, block_size=block_size)
     level = 4 if accuracy_level == 4 else 0  # 1-3 compute in f32 on CPUs, as 0
-    y = native_nbits(xp, int8_blocks(xp, a, block_size) if level == 4 else a, b, scales,
-                     zero_points, g_idx, **sizes)
+    y = None
+    if getattr(xp, "quantized_matmul", None) is not None:  # MLX's packed kernel
+        y = native_nbits(xp, int8_blocks(xp, a, block_size) if level == 4 else a, b, scales,
+                         zero_points, g_idx, **sizes)
     kernel = getattr(xp, "nbits_kernel", None)
     if y is None and kernel is not None and g_idx is None:
         # the backward pass differentiates the f32 product (straight through A's rounding)
