@@ -279,3 +279,39 @@ def test_compiled_model_matches_level_4(tmp_path):
         helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]).SerializeToString())
     got = np.asarray(transmuter.compile(transmuter.load(path))({"A": a})["Y"])
     assert rel(got, want) < TOL
+
+
+@needs_kernels
+@pytest.mark.parametrize("suffix", ["_avx2", "_avxvnni", "_avx512vnni"])
+@pytest.mark.parametrize("rows,k,n,bits,block,zp", [CASES[0], CASES[2], CASES[4], CASES[8]])
+def test_each_instruction_set(suffix, rows, k, n, bits, block, zp):
+    """Every compiled copy, not only the one this CPU picks, against onnxruntime at level 4
+    (skipped for a copy the CPU cannot run)."""
+    import ctypes
+
+    flag = {"_avx2": "avx2", "_avxvnni": "avx_vnni", "_avx512vnni": "avx512_vnni"}[suffix]
+    with open("/proc/cpuinfo") as f:
+        if flag not in f.read().split():
+            pytest.skip(f"this CPU has no {flag}")
+    lib = kernels.library()
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    prep = getattr(lib, "tm_nbits_prepare_int8" + suffix)
+    prep.argtypes = [P, I, I, ctypes.c_int, P, P, P]
+    cols = getattr(lib, "tm_nbits_columns_int8" + suffix)
+    cols.argtypes = [P, P, P, I, I, P, P, P, P, I, I, I, ctypes.c_int, I, I]
+    a, b, scales, z = nbits_case(rows, k, n, bits, block, zp, seed=11)
+    node = Node(k, n, bits, block)
+    zf = None if z is None else np.ascontiguousarray(as_float_zero_points(z, node))
+    n_blocks = -(-k // block)
+    stride = (n_blocks * block + 63) // 64 * 64  # as ffi.cc lays the rows out
+    xq = np.zeros((rows, stride), np.int8)
+    ascale, blksum = np.zeros((2, rows, n_blocks), np.float32)
+    y = np.zeros((rows, n), np.float32)
+    for r in range(rows):
+        prep(a[r].ctypes.data, k, block, bits, xq[r].ctypes.data, ascale[r].ctypes.data,
+             blksum[r].ctypes.data)
+    cols(xq.ctypes.data, ascale.ctypes.data, blksum.ctypes.data, stride, rows, b.ctypes.data,
+         scales.ctypes.data, None if zf is None else zf.ctypes.data, y.ctypes.data, n, k, block,
+         bits, 0, n)
+    want = ort_nbits(a, b, scales, z, k=k, n=n, bits=bits, block=block, level=4)
+    assert rel(y, want) < TOL

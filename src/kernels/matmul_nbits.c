@@ -12,9 +12,13 @@
  *     multiplied in f32; no f32 weight is ever written to memory (what XLA's path does per call).
  * Unlike MLAS, B stays in the file's layout (nothing packed at load, no second copy): byte i of a
  * 4-bit block holds element 2i in its low nibble and 2i + 1 in its high one, so a mask and a shift
- * give the 16 even and the 16 odd elements of 32. Each row of A is laid out evens-then-odds per 32
- * elements when it is prepared (once per call, shared by every column), and a dot product, which
- * does not depend on order, then needs no shuffle of the weights at all.
+ * of 32 bytes give the 32 even and the 32 odd elements of 64. Each row of A is laid out
+ * evens-then-odds per 64 elements when it is prepared (once per call, shared by every column), and
+ * a dot product, which does not depend on order, then needs no shuffle of the weights at all.
+ *
+ * Measured gain (bench/matmul_nbits.py, 2 cores, AVX-512 VNNI, one row, level 4): 2-2.6x faster
+ * than XLA's dequantize-in-the-graph path on SmolLM2-135M / Qwen3-0.6B layer shapes, 1.9-2x on
+ * their lm_heads; 2.2-6.3x at 4-16 rows. onnxruntime's MLAS is still ~2x faster per product.
  *
  * Compiled once per instruction set (kernels/build.py): -mavx512vnni -mavx512vl (vpdpbusd on ymm),
  * -mavxvnni (its VEX form), or plain AVX2 (vpmaddubsw + vpmaddwd). KERNEL(name) gives each copy
