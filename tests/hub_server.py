@@ -286,13 +286,22 @@ class _HubHandler(_Handler):
             return None
         return repo
 
-    def api(self, repo_id, revision, head):
+    def at_revision(self, repo_id, revision, head):
+        """(repo, commit, files) of ``revision``, or None once the error is sent."""
         repo = self.repo(repo_id, head)
         if repo is None:
-            return
+            return None
         commit, files = self.server.fake.files_at(repo_id, revision)
         if files is None:
-            return self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+            self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+            return None
+        return repo, commit, files
+
+    def api(self, repo_id, revision, head):
+        found = self.at_revision(repo_id, revision, head)
+        if found is None:
+            return
+        repo, commit, files = found
         info = {"id": repo_id, "modelId": repo_id, "sha": commit, "private": repo["private"],
                 "gated": "auto" if repo["gated"] else False,
                 "siblings": [{"rfilename": p} for p in sorted(files)]}
@@ -302,12 +311,10 @@ class _HubHandler(_Handler):
 
     def tree(self, repo_id, revision, head):
         """Every file at ``revision`` (recursive; one page): git blob sha1, and sha256 for LFS."""
-        repo = self.repo(repo_id, head)
-        if repo is None:
+        found = self.at_revision(repo_id, revision, head)
+        if found is None:
             return
-        _, files = self.server.fake.files_at(repo_id, revision)
-        if files is None:
-            return self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+        files = found[2]
         items = []
         for path, data in sorted(files.items()):
             item = {"type": "file", "path": path, "size": len(data), "oid": git_sha1(data)}

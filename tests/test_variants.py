@@ -95,8 +95,7 @@ def int8_weights_as_uint8(proto):
 def _int8_activations(proto):
     """Whether a MatMulNBits has accuracy_level 4: onnxruntime (and Transmuter) then quantize its
     activations to int8 per block, and the outputs carry that rounding's noise like an int8 file."""
-    return any(a.name == "accuracy_level" and a.i == 4
-               for n in _nodes(proto, "MatMulNBits") for a in n.attribute)
+    return any(_int8_activations_node(n) for n in _nodes(proto, "MatMulNBits"))
 
 
 def _int8_activations_node(node):
