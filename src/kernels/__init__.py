@@ -21,7 +21,8 @@ def library():
     if "library" not in _state:
         _state["library"], _state["why"] = _load()
         if _state["library"] is None:
-            level = logging.DEBUG if _state["why"].startswith("TRANSMUTER_KERNELS") else logging.WARNING
+            asked = _state["why"].startswith("TRANSMUTER_KERNELS")
+            level = logging.DEBUG if asked else logging.WARNING
             log.log(level, "transmuter: native CPU kernels off (%s); quantized products run on "
                     "XLA's slower path", _state["why"])
     return _state["library"]

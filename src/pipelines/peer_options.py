@@ -23,9 +23,9 @@ _TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "float": 
 _BROWSER_DEVICES = {"webgpu", "wasm", "webnn", "webnn-npu", "webnn-gpu", "webnn-cpu", "dml"}
 # what model_kwargs may hold: pipeline()'s loading options and their peer names (transformers'
 # pipeline passes model_kwargs to from_pretrained, i.e. to loading)
-LOADING = ("variant", "dtype", "torch_dtype", "device_map", "backend", "compute_type", "devices", "device", "revision",
-           "cache_dir", "local_files_only", "token", "checks", "compile_cache", "trainable",
-           "subfolder", "model_file_name")
+LOADING = ("variant", "dtype", "torch_dtype", "device_map", "backend", "compute_type", "devices",
+           "device", "revision", "cache_dir", "local_files_only", "token", "checks",
+           "compile_cache", "trainable", "subfolder", "model_file_name")
 
 
 def translate(options):
