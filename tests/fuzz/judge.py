@@ -93,12 +93,6 @@ def ours(load_source, feed, backend, mode, static_names, model=None):
 _SESSIONS = {}
 
 
-def _peer_source(path):
-    """What onnxruntime loads for ``path``: the file itself. (MatMulNBits' accuracy_level 4 is
-    computed as onnxruntime computes it, int8 activations per block: no rewrite is needed.)"""
-    return path
-
-
 def _graphs(graph):
     yield graph
     for node in graph.node:
@@ -117,7 +111,7 @@ def ort_session(path, cache=False, optimize=True):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 4
-    session = ort.InferenceSession(_peer_source(path), options,
+    session = ort.InferenceSession(path, options,
                                    providers=["CPUExecutionProvider"])
     if cache and optimize:
         _SESSIONS[path] = session
