@@ -176,7 +176,9 @@ static inline __attribute__((always_inline)) __m256 span_lanes(const float *v, i
                                                                const shape_t *t, int per_span,
                                                                __m256i spread) {
     if (per_span == 1) return _mm256_set1_ps(v[(s * t->span) >> t->block_shift]);
-    __m128 few = per_span == 2 ? _mm_castpd_ps(_mm_load_sd((const double *)(v + 2 * s)))
+    /* movq through __m128i_u: two floats need not be 8-byte aligned (_mm_load_sd's double* load
+     * is undefined there; UBSan caught it). */
+    __m128 few = per_span == 2 ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i_u *)(v + 2 * s)))
                                : _mm_loadu_ps(v + 4 * s);
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(few), spread);
 }
