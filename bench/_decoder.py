@@ -52,13 +52,16 @@ BUILD = textwrap.dedent("""
     cfg = config_class(num_hidden_layers=layers, **json.loads(sys.argv[4]))
     cfg.architectures = [arch]
     torch.manual_seed(0)
-    model = getattr(transformers, arch)(cfg).eval()
-    model.save_pretrained(hf)
+    if not (hf / "config.json").exists():  # a later call adds precisions to the same model
+        model = getattr(transformers, arch)(cfg).eval()
+        model.save_pretrained(hf)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(fixture / name, hf / name)  # the builder copies a tokenizer along
-    for precision in ("fp32", "int4"):
+    for precision in sys.argv[6].split(","):
+        # fp16 as the builder makes it for GPUs (the Hub's "gpu" folders); the rest for CPUs
+        provider = "cuda" if precision == "fp16" else "cpu"
         subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
-                        "-o", str(out / precision), "-p", precision, "-e", "cpu",
+                        "-o", str(out / precision), "-p", precision, "-e", provider,
                         "-c", str(out / "cache")], check=True, stdout=subprocess.DEVNULL)
     shutil.rmtree(out / "cache", ignore_errors=True)  # the builder's copy of hf/
 """)
@@ -73,25 +76,28 @@ def shape_layers(shape="toy", layers=None):
     return layers or SHAPES[shape]["layers"]
 
 
-def build(folder, layers, shape):
+def build(folder, layers, shape, precisions):
     fixture = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "llama-gqa"
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"building the {shape} model into {folder} (once) ...", flush=True)
+    print(f"building the {shape} model ({', '.join(precisions)}) into {folder} (once) ...",
+          flush=True)
     subprocess.run([GENAI_PYTHON, "-c", BUILD, str(folder), str(layers), str(fixture),
-                    json.dumps(shape_config(shape)), SHAPES[shape]["arch"]], check=True)
+                    json.dumps(shape_config(shape)), SHAPES[shape]["arch"],
+                    ",".join(precisions)], check=True)
 
 
-def model_folder(layers=None, shape="toy"):
-    """The folder holding hf/, fp32/model.onnx and int4/model.onnx (built on first use);
-    ``layers`` defaults to the shape's own count."""
+def model_folder(layers=None, shape="toy", precisions=("fp32", "int4")):
+    """The folder holding hf/ and <precision>/model.onnx for each of ``precisions`` (built on
+    first use, each from the same random model); ``layers`` defaults to the shape's own count."""
     layers = shape_layers(shape, layers)
     cache = pathlib.Path(os.environ.get("TRANSMUTER_BENCH_CACHE",
                                         pathlib.Path.home() / ".cache" / "transmuter-bench"))
     hidden = shape_config(shape)["hidden_size"]
     name = f"llama-gqa-{layers}x{hidden}" if shape == "toy" else f"{shape}-{layers}x{hidden}"
     folder = cache / name
-    if not (folder / "int4" / "model.onnx").exists():
-        build(folder, layers, shape)
+    missing = [p for p in precisions if not (folder / p / "model.onnx").exists()]
+    if missing:
+        build(folder, layers, shape, missing)
     return folder
 
 
