@@ -11,7 +11,7 @@ The layers, bottom up, are folders (docs/architecture.md): backends, ops, engine
 preprocess, generation, serving, pipelines, training, integrations.
 """
 
-from . import debug
+from . import debug  # noqa: F401  (transmuter.debug.first_divergence, without an import)
 from .engine.compiled import compile
 from .engine.model import Model
 from .engine.run import run

@@ -9,7 +9,9 @@ from transmuter import cli
 from transmuter.coverage import cases
 
 from .fixtures import ROOT
-from .hub_server import fake_hub  # noqa: F401  (the fixture)
+from .hub_server import fake_hub as hub_fixture
+
+fake_hub = hub_fixture  # the fixture, by the name the tests take
 
 # fixture folder -> (task, downloads): the list API sorts on downloads
 REPOS = {"bert-sequence-classification": ("text-classification", 300),

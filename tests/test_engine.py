@@ -3,7 +3,6 @@ signature, static_inputs remove breaks, errors name what is wrong."""
 
 import ml_dtypes
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper

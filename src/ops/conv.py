@@ -154,7 +154,6 @@ def col2im(xp, x, image_shape, block_shape, *, dilations=None, pads=None, stride
     """Sum sliding blocks (N, C*prod(block), L) back into images (N, C, *image_shape)."""
     image = [int(v) for v in np.asarray(image_shape).reshape(-1)]
     block = [int(v) for v in np.asarray(block_shape).reshape(-1)]
-    nd = len(image)
     win = window.resolve(image, block, strides=strides, pads=pads, dilations=dilations)
     n = x.shape[0]
     k = int(np.prod(block))

@@ -268,7 +268,6 @@ def record_embedding_curves(name="bert-sentence-transformers"):
     itself (max_seq_length 24, as the fixture). Writes references/finetune_embedding_curves.npz:
     ``loss/<kind>`` per step, ``trained`` (as record_curve), ``pairs``, ``scores``, ``batch``,
     ``adam/<option>``."""
-    import shutil
 
     import families_pipelines as fp
     import families_text as ft

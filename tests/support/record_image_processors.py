@@ -37,7 +37,6 @@ configs (224-1333 px: up to 11 MB of float32 per image) run on three images each
 """
 
 import base64
-import io
 import json
 import logging
 import pathlib
