@@ -396,6 +396,28 @@ def test_conv_integer_is_exact(backend, x_type, w_type, channels, group, kernel)
     check(model, inputs, backend, atol=0)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a_type,b_type,a_shape,n", [
+    (np.uint8, np.int8, (3, 5, 384), 64),  # quantize_dynamic's encoders: two 7-bit digits
+    (np.uint8, np.int8, (1, 2048), 40),  # K = 2048: 5-bit digits
+    (np.int8, np.uint8, (4, 31), 7),  # one digit
+    (np.uint8, np.uint8, (96,), 9),  # a vector A: one row
+])
+def test_matmul_integer_is_exact(backend, a_type, b_type, a_shape, n):
+    # MatMulInteger runs as float32 products of A's digits (ops/qlinear.py _exact); the int32
+    # result must equal onnxruntime's exactly, the largest products of one sign included.
+    lo_a, hi_a = np.iinfo(a_type).min, np.iinfo(a_type).max
+    lo_b, hi_b = np.iinfo(b_type).min, np.iinfo(b_type).max
+    a = RNG.integers(lo_a, hi_a, a_shape, dtype=a_type, endpoint=True)
+    b = RNG.integers(lo_b, hi_b, (a_shape[-1], n), dtype=b_type, endpoint=True)
+    a.reshape(-1, a_shape[-1])[0], b[:, 0] = hi_a, lo_b
+    inputs = {"a": a, "b": b, "a_zero_point": np.array(lo_a, a_type),
+              "b_zero_point": np.array(hi_b, b_type)}
+    model = single_node("MatMulInteger", inputs, {"y": np.int32}, domain="", opset=10,
+                        constants={"b", "b_zero_point"})
+    check(model, inputs, backend, atol=0)
+
+
 def _q(shape, dtype):
     info = np.iinfo(dtype)
     return RNG.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
