@@ -46,8 +46,13 @@ def _scale(xp, s, ndim, axis):
 @op("MatMulInteger", 10)
 def matmul_integer(xp, a, b, a_zero_point=None, b_zero_point=None):
     # A's zero point is per row (axis -2), B's per column (axis -1).
-    a, b = _centered(xp, a, a_zero_point, max(a.ndim - 2, 0)), _centered(xp, b, b_zero_point,
-                                                                          b.ndim - 1)
+    return int_matmul(xp, _centered(xp, a, a_zero_point, max(a.ndim - 2, 0)),
+                      _centered(xp, b, b_zero_point, b.ndim - 1))
+
+
+def int_matmul(xp, a, b):
+    """a @ b in int32 for 8-bit values less their zero points (int32, |values| <= 255): the
+    product of MatMulInteger and of every contrib op that quantizes to 8 bits."""
     if a.ndim == 1:  # a vector: one row, dropped again
         return _exact(xp, xp.reshape(a, (1, -1)), b, a.shape[0], xp.matmul, axis=-2)[..., 0, :]
     return _exact(xp, a, b, a.shape[-1], xp.matmul, axis=-2)

@@ -14,6 +14,7 @@ peepholes and gates are float, as in LSTM."""
 
 import numpy as np
 
+from ..qlinear import int_matmul
 from ..quantize import dynamic_quantize_linear
 from ..recurrent import _lstm
 from ..registry import op
@@ -32,7 +33,7 @@ def _quantized_product(xp, a, weight, zero_point, scale, valid=None):
     q, a_scale, a_zero = dynamic_quantize_linear(xp, a)
     centered = xp.astype(q, _I32) - xp.astype(a_zero, _I32)
     w = xp.astype(weight, _I32) - xp.astype(zero_point, _I32)
-    acc = xp.matmul(centered, w)
+    acc = int_matmul(xp, centered, w)
     return xp.astype(acc, _F32) * (a_scale * scale)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from ...errors import ModelLoadError
 from ..attention import f32
 from ..bounds import Along
+from ..qlinear import int_matmul
 from ..registry import op
 
 MS = "com.microsoft"
@@ -422,7 +423,7 @@ def _dequant_int_matmul(xp, aq, a_zp, bq, b_zp, scale, bias, out_dtype):
     b = xp.astype(bq, np.int32)
     if b_zp is not None:
         b = b - xp.astype(b_zp, np.int32)
-    y = xp.astype(xp.matmul(a, b), np.float32) * scale
+    y = xp.astype(int_matmul(xp, a, b), np.float32) * scale
     if bias is not None:
         y = y + f32(xp, bias)
     return xp.astype(y, out_dtype)
