@@ -9,11 +9,14 @@ trace on (`espeak_SetPhonemeTrace`, IPA) and keeps the trace's non-empty lines, 
 (espeak-ng ends a clause at punctuation or a blank line). So does `clauses`, discarding the audio:
 the trace is what speech uses, which `espeak_TextToPhonemes` is not (a clause with no stressed
 syllable gets one when spoken: "Hmm" is "hˈəm" in the trace, "həm" from `espeak_TextToPhonemes`).
+The kokoro package's other languages go through `espeak_TextToPhonemes` (phonemizer's espeak-ng
+backend): `translated_clauses`.
 """
 
 import ctypes
 import functools
 import importlib.util
+import itertools
 import os
 import tempfile
 import threading
@@ -23,9 +26,12 @@ from ...errors import InputError
 _AUDIO_OUTPUT_SYNCHRONOUS = 2   # espeak_AUDIO_OUTPUT: no audio device, no thread
 _INITIALIZE_DONT_EXIT = 0x8000  # report a missing data folder instead of exiting the process
 _CHARS_AUTO = 0                 # what kokoro-js' phonemizer passes (UTF-8 when valid, as ours is)
+_CHARS_UTF8 = 1
 _POS_CHARACTER = 1
 _PHONEMES_SHOW = 0x01  # espeak-ng's phoneme names
 _PHONEMES_IPA = 0x02
+_PHONEMES_TIE = 0x80   # bits 8-23 join the letters of one phoneme instead of separating phonemes
+TIE = "\u0361"         # espeak-ng's tie: "t͡ʃ"
 
 _LOCK = threading.Lock()
 
@@ -54,6 +60,8 @@ def _library():
     lib.espeak_Initialize.restype = ctypes.c_int
     lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
     lib.espeak_SetVoiceByName.restype = ctypes.c_int
+    lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_int]
+    lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
     lib.espeak_SetPhonemeTrace.argtypes = [ctypes.c_int, ctypes.c_void_p]
     lib.espeak_Synth.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
                                  ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
@@ -104,3 +112,48 @@ def clauses(text: str, voice: str, ipa: bool = True, separator: str = "") -> lis
             return [line for line in f.read().split("\n") if line]
     finally:
         os.unlink(path)
+
+
+class _Voice(ctypes.Structure):  # the head of espeak_VOICE: what espeak_ListVoices tells
+    _fields_ = [("name", ctypes.c_char_p), ("languages", ctypes.c_char_p),
+                ("identifier", ctypes.c_char_p)]
+
+
+@functools.lru_cache(maxsize=1)
+def _voice_files() -> dict[str, str]:
+    """Each language's voice file ("fr-fr" -> "roa/fr"): the first voice whose first language it
+    is, as phonemizer's espeak-ng backend chooses (its `set_voice`)."""
+    lib = _library()
+    lib.espeak_ListVoices.argtypes = [ctypes.c_void_p]
+    lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
+    files = {}
+    with _LOCK:
+        voices = lib.espeak_ListVoices(None)
+        for i in itertools.count():
+            if not voices[i]:
+                break
+            voice = voices[i].contents
+            # languages: a priority byte, then the language, then more such pairs
+            files.setdefault(voice.languages[1:].decode(), voice.identifier.decode())
+    return files
+
+
+def translated_clauses(text: str, voice: str) -> list[str]:
+    """`text`'s clauses in IPA with stress marks and ties (`TIE`) from `espeak_TextToPhonemes`, as
+    phonemizer's espeak-ng backend asks for them; clauses that give no phonemes are left out."""
+    lib = _library()
+    voice_file = _voice_files().get(voice)
+    if voice_file is None:
+        raise InputError(f"espeak-ng has no voice for {voice!r}")
+    encoded = ctypes.create_string_buffer(text.encode("utf-8"))
+    position = ctypes.c_char_p(ctypes.addressof(encoded))  # espeak-ng moves it clause by clause
+    mode = _PHONEMES_IPA | _PHONEMES_TIE | ord(TIE) << 8
+    clauses = []
+    with _LOCK:
+        if lib.espeak_SetVoiceByName(voice_file.encode()) != 0:
+            raise InputError(f"espeak-ng has no voice {voice!r}")
+        while position.value:
+            clause = lib.espeak_TextToPhonemes(ctypes.byref(position), _CHARS_UTF8, mode)
+            if clause:
+                clauses.append(clause.decode("utf-8"))
+    return clauses
