@@ -52,9 +52,9 @@ def test_token_ids_equal_kokoro_js(ours):
 @needs_espeak
 def test_other_espeak_languages_equal_the_kokoro_package():
     assert {case["language"] for case in MISAKI["phonemes"]} == {"e", "f", "h", "i", "p"}
-    mismatches = [f"{case['language']} {case['text']!r}\n  misaki {case['phonemes']!r}\n  ours   {ours!r}"
+    mismatches = [f"{case['language']} {case['text']!r}\n  misaki {case['phonemes']!r}\n  ours   {mine!r}"
                   for case in MISAKI["phonemes"]
-                  if (ours := phonemes.phonemize(case["text"], case["language"])) != case["phonemes"]]
+                  if (mine := phonemes.phonemize(case["text"], case["language"])) != case["phonemes"]]
     assert not mismatches, "\n".join(mismatches)
 
 

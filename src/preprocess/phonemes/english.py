@@ -46,17 +46,16 @@ def _kokoro_js_ipa(text: str, voice: str) -> list[str]:
 
 
 def _o_at_as_o(clause: str, named: str) -> str:
+    """`clause` (IPA) with each phoneme that `named` (the same clause in espeak-ng's phoneme names,
+    stress marked "'" or ",") calls `o@` written "oː"; unchanged if the two do not align."""
     words, named_words = clause.split(" "), named.split(" ")
-    if len(words) != len(named_words):
-        raise AssertionError(f"espeak-ng's IPA and phoneme names differ in words: {clause!r} {named!r}")
-    out = []
-    for word, named_word in zip(words, named_words):
-        phonemes, names = word.split(_SEPARATOR), named_word.split(_SEPARATOR)
-        if len(phonemes) != len(names):
-            raise AssertionError(f"espeak-ng's IPA and phoneme names differ: {word!r} {named_word!r}")
-        out.append("".join(p.replace("ɔː", "oː") if n.lstrip("',") == "o@" else p
-                           for p, n in zip(phonemes, names)))
-    return " ".join(out)
+    phonemes = [word.split(_SEPARATOR) for word in words]
+    names = [word.split(_SEPARATOR) for word in named_words]
+    if [len(w) for w in phonemes] != [len(w) for w in names]:  # not seen; espeak-ng's own IPA then
+        return clause.replace(_SEPARATOR, "")
+    return " ".join("".join(p.replace("ɔː", "oː") if n.lstrip("',") == "o@" else p
+                            for p, n in zip(word, named_word))
+                    for word, named_word in zip(phonemes, names))
 
 
 def split_punctuation(text: str) -> list[tuple[bool, str]]:

@@ -102,6 +102,8 @@ def clauses(text: str, voice: str, ipa: bool = True, separator: str = "") -> lis
             if lib.espeak_SetVoiceByName(voice.encode()) != 0:
                 raise InputError(f"espeak-ng has no voice {voice!r}")
             trace = libc.fopen(path.encode(), b"wb")
+            if not trace:
+                raise OSError(f"cannot write espeak-ng's phoneme trace to {path}")
             lib.espeak_SetPhonemeTrace(mode, trace)
             try:
                 lib.espeak_Synth(encoded, 0, 0, _POS_CHARACTER, 0, _CHARS_AUTO, None, None)
@@ -148,12 +150,12 @@ def translated_clauses(text: str, voice: str) -> list[str]:
     encoded = ctypes.create_string_buffer(text.encode("utf-8"))
     position = ctypes.c_char_p(ctypes.addressof(encoded))  # espeak-ng moves it clause by clause
     mode = _PHONEMES_IPA | _PHONEMES_TIE | ord(TIE) << 8
-    clauses = []
+    out = []
     with _LOCK:
         if lib.espeak_SetVoiceByName(voice_file.encode()) != 0:
             raise InputError(f"espeak-ng has no voice {voice!r}")
         while position.value:
             clause = lib.espeak_TextToPhonemes(ctypes.byref(position), _CHARS_UTF8, mode)
             if clause:
-                clauses.append(clause.decode("utf-8"))
-    return clauses
+                out.append(clause.decode("utf-8"))
+    return out
