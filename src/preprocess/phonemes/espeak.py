@@ -81,6 +81,9 @@ def version() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _libc():
+    if os.name == "nt":  # espeak-ng.dll's C runtime is not one ctypes can hand a FILE* from
+        raise InputError("Text to phonemes through espeak-ng's phoneme trace is not available on "
+                         "Windows yet: pass the phonemes directly ({\"phonemes\": ...})")
     libc = ctypes.CDLL(None)  # the C library the process runs on: espeak-ng writes its trace to a FILE*
     libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     libc.fopen.restype = ctypes.c_void_p
