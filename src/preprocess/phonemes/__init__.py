@@ -41,7 +41,8 @@ def _misaki_g2p(language: str):
     try:
         g2p = getattr(__import__(f"misaki.{module}", fromlist=[name]), name)  # optional, heavy
     except ImportError as e:
-        raise InputError(f"{LANGUAGES[language]} text to phonemes needs misaki's G2P, as the kokoro "
-                         f"package uses: pip install \"misaki[{module}]\"; or pass the phonemes "
+        raise InputError(f"{LANGUAGES[language]} text to phonemes needs misaki's G2P, as the "
+                         f"kokoro package uses: pip install \"misaki[{module}]\"; or pass the "
+                         "phonemes "
                          f"directly ({{\"phonemes\": ...}}). ({e})") from None
     return g2p()

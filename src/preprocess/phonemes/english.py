@@ -37,7 +37,8 @@ _SEPARATOR = "\x01"  # between phonemes in espeak-ng's output; never in text tha
 
 
 def _kokoro_js_ipa(text: str, voice: str) -> list[str]:
-    """espeak-ng's IPA clauses of `text`, with "en-us" `o@` written "oː" as kokoro-js' build does."""
+    """espeak-ng's IPA clauses of `text`, with "en-us" `o@` written "oː" as kokoro-js' build
+    does."""
     ipa = espeak.clauses(text, voice, separator=_SEPARATOR)
     if voice != "en-us" or not any("ɔː" in clause for clause in ipa):
         return [clause.replace(_SEPARATOR, "") for clause in ipa]

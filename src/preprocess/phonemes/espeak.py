@@ -55,12 +55,14 @@ def _library():
         lib = ctypes.CDLL(espeakng_loader.get_library_path())
         data = espeakng_loader.get_data_path()
     except (OSError, RuntimeError) as e:
-        raise InputError(MISSING.format(f"espeakng-loader is installed but unusable: {e}")) from None
+        raise InputError(MISSING.format(f"espeakng-loader is installed but unusable: {e}")
+                         ) from None
     lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     lib.espeak_Initialize.restype = ctypes.c_int
     lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
     lib.espeak_SetVoiceByName.restype = ctypes.c_int
-    lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_int]
+    lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int,
+                                          ctypes.c_int]
     lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
     lib.espeak_SetPhonemeTrace.argtypes = [ctypes.c_int, ctypes.c_void_p]
     lib.espeak_Synth.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
@@ -69,7 +71,8 @@ def _library():
     lib.espeak_Info.argtypes = [ctypes.c_void_p]
     lib.espeak_Info.restype = ctypes.c_char_p
     with _LOCK:
-        if lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data.encode(), _INITIALIZE_DONT_EXIT) < 0:
+        if lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data.encode(),
+                                 _INITIALIZE_DONT_EXIT) < 0:
             raise InputError(MISSING.format(f"espeak-ng did not start with its data at {data}"))
     return lib
 
@@ -84,7 +87,8 @@ def _libc():
     if os.name == "nt":  # espeak-ng.dll's C runtime is not one ctypes can hand a FILE* from
         raise InputError("Text to phonemes through espeak-ng's phoneme trace is not available on "
                          "Windows yet: pass the phonemes directly ({\"phonemes\": ...})")
-    libc = ctypes.CDLL(None)  # the C library the process runs on: espeak-ng writes its trace to a FILE*
+    # the C library the process runs on: espeak-ng writes its trace to a FILE*
+    libc = ctypes.CDLL(None)
     libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     libc.fopen.restype = ctypes.c_void_p
     libc.fclose.argtypes = [ctypes.c_void_p]

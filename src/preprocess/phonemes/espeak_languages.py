@@ -12,7 +12,8 @@ VOICES = {"e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}
 
 _MARKS = ';:,.!?¡¿—…"«»“”(){}[]'  # phonemizer's default punctuation marks
 _MARKS_RUN = re.compile(rf"(\s*[{re.escape(_MARKS)}]+\s*)+")
-_LANGUAGE_FLAG = re.compile(r"\(.+?\)")  # espeak-ng's "(en)" around words it says in another language
+# espeak-ng's "(en)" around words it says in another language
+_LANGUAGE_FLAG = re.compile(r"\(.+?\)")
 # misaki's e2m: espeak-ng's tied phonemes -> Kokoro's one-character symbols, applied in key order
 _E2M = sorted({"a^ɪ": "I", "a^ʊ": "W", "d^z": "ʣ", "d^ʒ": "ʤ", "e^ɪ": "A", "o^ʊ": "O", "ə^ʊ": "Q",
                "s^s": "S", "t^s": "ʦ", "t^ʃ": "ʧ", "ɔ^ɪ": "Y"}.items())

@@ -56,7 +56,8 @@ def _is_js_number(text: str) -> bool:
 
 
 def flip_money(amount: str) -> str:
-    """"$12.50" -> "12 dollars and 50 cents", "£1" -> "1 pound", "$2 million" -> "2 million dollars"."""
+    """"$12.50" -> "12 dollars and 50 cents", "£1" -> "1 pound", "$2 million" ->
+    "2 million dollars"."""
     bill = "dollar" if amount[0] == "$" else "pound"
     value = amount[1:]
     if not _is_js_number(value):
@@ -111,9 +112,11 @@ _RULES = [
     # 5. casual words
     (_rx(r"\b(y)eah?\b", re.IGNORECASE), r"\1e'a"),
     # 5. numbers and currencies
-    (_rx(r"\d*\.\d+|\b\d{4}s?\b|(?<!:)\b(?:[1-9]|1[0-2]):[0-5]\d\b(?!:)"), lambda m: split_num(m.group(0))),
+    (_rx(r"\d*\.\d+|\b\d{4}s?\b|(?<!:)\b(?:[1-9]|1[0-2]):[0-5]\d\b(?!:)"),
+     lambda m: split_num(m.group(0))),
     (_rx(r"(?<=\d),(?=\d)"), ""),
-    (_rx(r"[$£]\d+(?:\.\d+)?(?: hundred| thousand| (?:[bm]|tr)illion)*\b|[$£]\d+\.\d\d?\b", re.IGNORECASE),
+    (_rx(r"[$£]\d+(?:\.\d+)?(?: hundred| thousand| (?:[bm]|tr)illion)*\b|[$£]\d+\.\d\d?\b",
+         re.IGNORECASE),
      lambda m: flip_money(m.group(0))),
     (_rx(r"\d*\.\d+"), lambda m: point_num(m.group(0))),
     (_rx(r"(?<=\d)-(?=\d)"), " to "),

@@ -1,7 +1,7 @@
 """Long text into sentences, as kokoro-js' `TextSplitterStream` (kokoro.js/src/splitter.js) does:
-at sentence terminators (and newlines) outside quotes and brackets, not after abbreviations, initials
-before a capitalized word, list numbers, inside tokens ("$9.99", URLs, e-mail addresses), or before
-a lowercase word; trailing closing quotes and brackets stay with their sentence."""
+at sentence terminators (and newlines) outside quotes and brackets, not after abbreviations,
+initials before a capitalized word, list numbers, inside tokens ("$9.99", URLs, e-mail addresses),
+or before a lowercase word; trailing closing quotes and brackets stay with their sentence."""
 
 import re
 
@@ -15,8 +15,8 @@ _OPENING = set(_MATCHING.values())
 ABBREVIATIONS = frozenset([
     "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "sgt", "col", "gen", "rep", "sen", "gov", "lt",
     "maj", "capt", "st", "mt", "etc", "co", "inc", "ltd", "dept", "vs", "p", "pg", "jan", "feb",
-    "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "sun", "mon", "tu", "tue",
-    "tues", "wed", "th", "thu", "thur", "thurs", "fri", "sat"])
+    "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "sun", "mon", "tu",
+    "tue", "tues", "wed", "th", "thu", "thur", "thurs", "fri", "sat"])
 _LIST_NUMBER = re.compile(r"(?:^|\n)[0-9]+\Z")
 _URL = re.compile(r"https?[,:]//")
 _INITIALS = re.compile(r"(?:[A-Za-z]\.)+\Z")
