@@ -9,8 +9,8 @@ loads:
                                            object_score_logits
 
 The graphs are traced from families_sam2.py's wrappers (Sam3TrackerModel is a Sam2Model with another
-vision encoder: get_image_embeddings and the decoder's feeds are the same), at batch 1 and 2, and
-checked against the PyTorch model for transformers.js' three prompt layouts. The processor files are
+vision encoder: get_image_embeddings and the decoder's feeds are the same), and checked against the
+PyTorch model at batch 2 for transformers.js' three prompt layouts. The processor files are
 what transformers 5's Sam3TrackerProcessor.save_pretrained writes: processor_config.json alone, the
 image processor (Sam3ImageProcessor) nested in it.
 
@@ -22,8 +22,12 @@ References, all here (one venv):
    the same processor outputs through Sam3TrackerModel (PyTorch) give "torch" scores, required
    within 1e-4 of onnxruntime's, and masks that differ from onnxruntime's only where onnxruntime's
    upscaled logit is within NEAR of 0 (recorded as '<key>/near').
-3. "pixel_values": the processor's pixel_values of each photo, every 4th row and column
-   (sam3_tracker_masks.npz 'pixels/<i>'), for the image processor's own check.
+3. "automatic": transformers' pipeline("mask-generation") on the PyTorch model, for record_sam2.py's
+   AUTOMATIC calls on the smallest photo, torchvision's batched_nms stood in for by record_sam.py's
+   (onnxruntime's NonMaxSuppression).
+4. the processor's pixel_values of each photo, every 4th row and column (sam3_tracker_masks.npz
+   'pixels/<i>'), for the image processor's own check.
+The calls and photos are record_sam2.py's.
 
 Environment: transformers 5.24 (Sam3Tracker) with torch 2.13.0+cpu and torchvision 0.28.0 (Sam3ImageProcessor
 is torchvision-only), in a plain venv of requirements-sam3.txt:
@@ -34,13 +38,13 @@ is torchvision-only), in a plain venv of requirements-sam3.txt:
 torchvision 0.28's compiled ops (nms, roi_align) link against CUDA torch libraries that the CPU torch
 lacks, so its C extension does not load and its import stops at registering fake kernels for
 torchvision::nms / qnms; `_torchvision_without_c_ops` declares those two schemas first. Nothing
-here runs them (prompt mode has no NMS); resizing is torchvision's Python code on torch's kernels.
+here runs them (automatic mode's NMS is the stand-in above); resizing is torchvision's Python code on
+torch's kernels.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 import tempfile
@@ -72,22 +76,14 @@ _TORCHVISION_SCHEMAS = _torchvision_without_c_ops()
 import families_sam2 as sam2  # noqa: E402
 import families_vision_audio as fva  # noqa: E402
 import image_cases  # noqa: E402
+from record_sam import batched_nms  # noqa: E402
+from record_sam2 import AUTOMATIC, PHOTOS, PROMPTS  # noqa: E402
 
 IMAGE = 112    # pixel side: 8x8 patches of 14, feature maps 32, 16 and 8 wide, 32x32 low-res masks
 PERTURB = 0.2  # seeded weight noise, as families_sam2.py
 NEAR = 1e-3    # |logit| band where onnxruntime's and PyTorch's masks may differ (see check_prompts)
 NAME = "sam3-tracker"
-PHOTOS = ["chelsea", "coffee_tall", "ihc_257x129"]
-# per image, as our pipeline takes them (record_sam2.py's calls): input_points [prompt][point][x, y],
-# input_labels [prompt][point], input_boxes [box][x0, y0, x1, y1], in original pixels
-PROMPTS = [
-    {"input_points": [[[120, 80]]], "input_labels": [[1]]},
-    {"input_points": [[[30, 40]], [[100, 200]], [[10, 120]]], "input_labels": [[1], [1], [1]]},
-    {"input_points": [[[60, 50], [110, 100]]], "input_labels": [[1, 0]]},
-    {"input_points": [[[80, 90], [20, 20]]]},  # labels default to 1 (Sam2Model: ones)
-    {"input_boxes": [[10, 20, 200, 110], [0, 0, 90, 60]]},
-    {"input_points": [[[70, 60]]], "input_labels": [[1]], "input_boxes": [[20, 10, 150, 120]]},
-]
+AUTOMATIC_PHOTOS = [2]  # the smallest photo (129x257) only: ~40 masks a photo in the NMS-free call
 NOTES = [
     "Sam3TrackerModel: Sam3ViT hidden 32, 2 layers (window 4, global attention at layer 1), 4 heads, "
     f"patch 14, image_size {IMAGE}; FPN hidden 32, scale factors 4/2/1 (feature maps 32/16/8); prompt "
@@ -246,6 +242,36 @@ def record_prompts(model, proc, fx, images, masks):
     return calls, worst
 
 
+def record_automatic(model, proc, images, masks):
+    """transformers' pipeline("mask-generation") on the PyTorch model, its batched_nms stood in for
+    by record_sam.py's (onnxruntime's NonMaxSuppression: see its docstring)."""
+    from transformers import pipeline
+    from transformers.models.sam3 import image_processing_sam3
+
+    image_processing_sam3.batched_nms = batched_nms
+    p = pipeline("mask-generation", model=model, image_processor=proc.image_processor, device="cpu")
+    calls = []
+    for c, kwargs in enumerate(AUTOMATIC):
+        outputs = []
+        for i in AUTOMATIC_PHOTOS:
+            out = p(images[i], **kwargs)
+            assert set(out) <= {"masks", "scores", "bounding_boxes", "rle_mask"}, sorted(out)
+            result = {"masks": [put_mask(masks, f"automatic/{c}/{i}/{m}", mask) for m, mask in enumerate(out["masks"])],
+                      "scores": out["scores"].tolist()}
+            if "bounding_boxes" in out:
+                result["bounding_boxes"] = out["bounding_boxes"].tolist()
+            if "rle_mask" in out:
+                result["rle_mask"] = out["rle_mask"]
+            outputs.append(result)
+            print(f"automatic {c} photo {i}: {len(out['masks'])} masks")
+        calls.append({"call_kwargs": kwargs, "outputs": outputs})
+    # as sam2's: NMS at 0.7 keeps one mask, so the NMS-free call (crops_nms_thresh 1.0) carries the
+    # point-by-point check, with scores that differ point by point
+    kept = calls[1]["outputs"]
+    assert min(len({round(s, 4) for s in o["scores"]}) for o in kept) >= 10, "references that cannot discriminate"
+    return calls
+
+
 def weights_digest(model):
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
@@ -269,13 +295,15 @@ def build_sam3_tracker():
         pixels = proc(images=image, return_tensors="pt")["pixel_values"][0].numpy()
         masks[f"pixels/{i}"] = pixels[:, ::4, ::4]
     prompts, worst = record_prompts(model, proc, fx, images, masks)
+    automatic = record_automatic(model, proc, images, masks)
     fva.save_npz(fx / "references" / "sam3_tracker_masks.npz", masks)
     fva.save_json(fx / "references" / "sam3_tracker.json", {
         "task": "mask-generation",
         "inputs": {"photos": PHOTOS, "how_made": "tests/support/image_cases.py make(name)"},
         "mask_encoding": "sam3_tracker_masks.npz: '<key>/bits' = np.packbits(mask), '<key>/shape' = its shape; "
         f"'<key>/near' = np.packbits(|logit| < {NEAR}); 'pixels/<i>' = pixel_values[:, ::4, ::4] of photo i",
-        "onnxruntime_vs_torch": worst, "prompts": prompts})
+        "onnxruntime_vs_torch": worst, "prompts": prompts,
+        "automatic_photos": [PHOTOS[i] for i in AUTOMATIC_PHOTOS], "automatic": automatic})
 
     pixels = np.stack([masks[f"pixels/{i}"].repeat(4, 1).repeat(4, 2) for i in range(2)])
     encoder, decoder = "onnx/vision_encoder.onnx", "onnx/prompt_encoder_mask_decoder.onnx"
