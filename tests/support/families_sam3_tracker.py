@@ -35,11 +35,9 @@ is torchvision-only), in a plain venv of requirements-sam3.txt:
     python3 -m venv /work/venvs/sam3 && /work/venvs/sam3/bin/pip install -r tests/support/requirements-sam3.txt
     /work/venvs/sam3/bin/python tests/support/families_sam3_tracker.py
 
-torchvision 0.28's compiled ops (nms, roi_align) link against CUDA torch libraries that the CPU torch
-lacks, so its C extension does not load and its import stops at registering fake kernels for
-torchvision::nms / qnms; `_torchvision_without_c_ops` declares those two schemas first. Nothing
-here runs them (automatic mode's NMS is the stand-in above); resizing is torchvision's Python code on
-torch's kernels.
+torchvision 0.28's compiled ops do not load beside the CPU torch: torchvision_cpu.py lets it import
+(see there); nothing here runs them (automatic mode's NMS is the stand-in above). ATEN_CPU_CAPABILITY
+is pinned to avx2 as record_fast_image_processors.py pins it (torchvision's uint8 bilinear kernel).
 """
 
 from __future__ import annotations
@@ -56,6 +54,7 @@ if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")  # as record_fast_image_processors.py
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -63,16 +62,7 @@ sys.path.insert(0, str(HERE))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-
-def _torchvision_without_c_ops():
-    lib = torch.library.Library("torchvision", "DEF")
-    for op in ("nms", "qnms"):
-        lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    return lib
-
-
-_TORCHVISION_SCHEMAS = _torchvision_without_c_ops()
-
+import torchvision_cpu  # noqa: E402, F401  (before transformers' torchvision image processors)
 import families_sam2 as sam2  # noqa: E402
 import families_vision_audio as fva  # noqa: E402
 import image_cases  # noqa: E402
