@@ -304,14 +304,15 @@ def test_sam3_tracker_pixels_are_sam3_image_processors():
         np.testing.assert_allclose(got, recorded.masks[f"pixels/{i}"], rtol=0, atol=1e-6)
 
 
-def test_sam3_tracker_jax_box_and_points():
+def test_sam3_tracker_jax_boxes():
     """The default suite's JAX run of sam3-tracker (its full JAX twins are slow,
-    tests/conftest.py): a box with a point, and boxes alone (the empty-points layout)."""
+    tests/conftest.py): boxes alone, the empty-points layout (the graph test runs points on JAX,
+    tests/test_models.py)."""
     recorded = RECORDED["sam3-tracker"]
-    for call in recorded.ref["prompts"][4:6]:
-        check_prompts(pipe("jax", "sam3-tracker")(photos("sam3-tracker")[1],
-                                                  **call["call_kwargs"]),
-                      call["outputs"][1], f"jax {call['call_kwargs']}", recorded)
+    call = recorded.ref["prompts"][4]
+    assert "input_points" not in call["call_kwargs"]
+    check_prompts(pipe("jax", "sam3-tracker")(photos("sam3-tracker")[1], **call["call_kwargs"]),
+                  call["outputs"][1], f"jax {call['call_kwargs']}", recorded)
 
 
 def test_a_processor_config_without_the_image_processor_is_a_clear_error(tmp_path):
