@@ -10,8 +10,9 @@ torchvision), which records only SETS_5:
 
     /root/.cache/transmuter-tests/venv-rfdetr/bin/python tests/support/record_fast_image_processors.py
 
-and SAM 3's Sam3ImageProcessor (fast_sam3.npz, in SETS_5 too) in the venv of requirements-sam3.txt
-(transformers 5.24.0, torch 2.13.0+cpu with torchvision 0.28.0, which torchvision_cpu.py lets import):
+SETS_5 holds SAM 3's Sam3ImageProcessor too (fast_sam3.npz), recorded in the venv of
+requirements-sam3.txt (transformers 5.24.0, torch 2.13.0+cpu with torchvision 0.28.0, which
+torchvision_cpu.py lets import), where the rfdetr venv's CUDA torch is not to be had:
 
     /work/venvs/sam3/bin/python tests/support/record_fast_image_processors.py sam3
 
@@ -47,7 +48,7 @@ from transformers import AutoImageProcessor  # noqa: E402
 
 import image_cases  # noqa: E402
 
-MAJOR = int(transformers.__version__.split(".")[0])  # 5: the rfdetr venv (SETS_5 below)
+MAJOR = int(transformers.__version__.split(".")[0])  # 5: the rfdetr / sam3 venvs (SETS_5 below)
 import record_image_processors as slow  # noqa: E402
 
 OUT = slow.OUT
@@ -279,7 +280,7 @@ def main(names):
     for name in names:
         if name not in sets:
             sys.exit(f"{name}: not a set of transformers {transformers.__version__} (SETS is "
-                     "recorded in the fast venv, SETS_5 in the rfdetr venv)")
+                     "recorded in the fast venv, SETS_5 in the rfdetr or sam3 venv)")
     for name in names or sets:
         config, cases, options = sets[name]
         cls = record_set(name, config, cases, options)

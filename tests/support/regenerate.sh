@@ -66,7 +66,6 @@ time "$EXPORT" tests/support/families_sam.py  # sam: optimum SAM split export (v
 time "$EXPORT" tests/support/record_sam.py  # its prompt-mode (SamProcessor) and automatic mask-generation pipeline references
 time "$EXPORT" tests/support/families_sam2.py  # sam2: SAM 2 traced in the onnx-community layout; saves the torch model for record_sam2.py
 time "$SAM3" tests/support/families_sam3_tracker.py  # sam3-tracker: SAM 3 tracker traced in the onnx-community layout, its processor_config.json and prompt references
-time "$SAM3" tests/support/record_fast_image_processors.py sam3  # Sam3ImageProcessor's references (fast_sam3.npz)
 time "$EXPORT" tests/support/families_vision_rtdetr.py
 time "$EXPORT" tests/support/families_vision_dfine.py  # d-fine: optimum export, photo references
 time "$RFDETR" tests/support/families_vision_rfdetr.py  # rf-detr: torch.onnx; transformers 5.24's RfDetrImageProcessor needs torchvision

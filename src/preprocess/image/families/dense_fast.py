@@ -277,8 +277,8 @@ class Sam2ImageProcessorFast(FastImageProcessor):
 
 class Sam3ImageProcessor(Sam2ImageProcessorFast):
     """Sam3ImageProcessor (SAM 3 and its tracker; transformers 5's torchvision-backend class,
-    named Sam3ImageProcessorFast before 5.x renamed the Fast classes): SAM 2's steps with SAM 3's
-    defaults, 1008x1008, 288x288 masks and the "standard" mean / std (0.5)."""
+    Sam3ImageProcessorFast in earlier releases): SAM 2's steps with SAM 3's defaults, 1008x1008,
+    288x288 masks and the "standard" mean / std (0.5)."""
 
     names = ("Sam3ImageProcessor", "Sam3ImageProcessorFast")
     defaults = {**Sam2ImageProcessorFast.defaults, "size": {"height": 1008, "width": 1008},
