@@ -25,6 +25,8 @@ SLOW_TESTS = {
     "tests/test_pipelines_mask_generation.py::test_automatic_matches_transformers[jax-sam]",
     "tests/test_pipelines_mask_generation.py::test_prompts_match_transformers[jax-sam2]",
     "tests/test_pipelines_mask_generation.py::test_automatic_matches_transformers[jax-sam2]",
+    "tests/test_pipelines_mask_generation.py::test_prompts_match_transformers[jax-sam3-tracker]",
+    "tests/test_pipelines_mask_generation.py::test_automatic_matches_transformers[jax-sam3-tracker]",
     "tests/test_pipelines_audio.py::test_matches_recorded_pipeline"
     "[whisper-split-automatic-speech-recognition-jax]",
     "tests/test_pipelines_audio.py::test_a_batch_equals_one_by_one"

@@ -88,16 +88,21 @@ def test_fast_pad_matches_transformers(name):
     check_batch(name)
 
 
-# transformers 5's torchvision-backend classes (no "Fast" in the name): fast_rfdetr*.npz, recorded
-# with transformers 5.24.0 (the recorder's SETS_5)
-TORCHVISION_5 = {"RfDetrImageProcessor"}
+# transformers 5's torchvision-backend classes (no "Fast" in the name): fast_rfdetr*.npz and
+# fast_sam3.npz, recorded with transformers 5.24.0 (the recorder's SETS_5)
+TORCHVISION_5 = {"RfDetrImageProcessor", "Sam3ImageProcessor"}
+# earlier names of those classes, served by the same class here (transformers 5.0's Fast name)
+RENAMED = {"Sam3ImageProcessorFast": "Sam3ImageProcessor"}
 
 
 def test_every_fast_family_has_references():
     recorded = {str(reference(p.stem)["class"]) for p in references()}
     from transmuter.preprocess.image.auto import PROCESSORS
-    fast = {name for name in PROCESSORS if name.endswith("Fast") or name in TORCHVISION_5}
+    fast = {RENAMED.get(name, name) for name in PROCESSORS
+            if name.endswith("Fast") or name in TORCHVISION_5}
     assert fast == recorded
+    for old, new in RENAMED.items():
+        assert PROCESSORS[old] is PROCESSORS[new]
 
 
 def test_float_bilinear_path_rounds_half_to_even():

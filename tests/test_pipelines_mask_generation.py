@@ -4,7 +4,11 @@ PyTorch model, on JAX and MLX:
   tests/support/record_sam.py;
 - sam2: a SAM 2 export in the onnx-community layout (points, boxes, object_score_logits),
   references/sam2.json + sam2_masks.npz recorded by tests/support/record_sam2.py;
-both on scikit-image photos: prompt mode as Sam(2)Processor + Sam(2)Model + post_process_masks,
+- sam3-tracker: transformers 5's Sam3TrackerModel in the same layout (onnx-community/
+  sam3-tracker-ONNX), with transformers 5's processor_config.json, references/sam3_tracker.json +
+  sam3_tracker_masks.npz recorded by tests/support/families_sam3_tracker.py: prompt mode as
+  Sam3TrackerProcessor + onnxruntime + post_process_masks, PyTorch's scores beside onnxruntime's;
+all on scikit-image photos: prompt mode as Sam(2)Processor + Sam(2)Model + post_process_masks,
 automatic mode as transformers' MaskGenerationPipeline; the image embedding computed once per
 image; a batch equals one by one; bad input is a clear error."""
 
@@ -33,7 +37,8 @@ SCORE_TOL = 1e-4
 # Automatic mode keeps no logits; there a mask may differ in at most 1e-3 of its pixels for the
 # same reason (measured: none on sam, one pixel of one mask on sam2).
 FLIP_FRACTION = 1e-3
-SCORES = {"sam": ("iou_scores",), "sam2": ("iou_scores", "object_score_logits")}
+SCORES = {"sam": ("iou_scores",), "sam2": ("iou_scores", "object_score_logits"),
+          "sam3-tracker": ("iou_scores", "object_score_logits")}
 
 
 class Recorded:
@@ -41,8 +46,11 @@ class Recorded:
 
     def __init__(self, name):
         self.name, self.dir = name, ROOT / name
-        self.ref = json.loads((self.dir / "references" / f"{name}.json").read_text())
-        self.masks = np.load(self.dir / "references" / f"{name}_masks.npz")
+        stem = name.replace("-", "_")
+        self.ref = json.loads((self.dir / "references" / f"{stem}.json").read_text())
+        self.masks = np.load(self.dir / "references" / f"{stem}_masks.npz")
+        # automatic mode recorded on these photos (all of them unless the record says)
+        self.automatic_photos = self.ref.get("automatic_photos", self.ref["inputs"]["photos"])
 
     def unpack(self, key, part="bits"):
         shape = self.masks[f"{key}/shape"]
@@ -80,6 +88,9 @@ def check_prompts(got, want, where, recorded=RECORDED["sam"]):
     assert got["iou_scores"].shape == (expected.shape[0], 3), where
     for key in SCORES[recorded.name]:
         np.testing.assert_allclose(got[key], want[key], rtol=0, atol=SCORE_TOL, err_msg=where)
+        if "torch" in want:  # sam3-tracker: PyTorch's scores beside onnxruntime's, same bound
+            np.testing.assert_allclose(got[key], want["torch"][key], rtol=0, atol=SCORE_TOL,
+                                       err_msg=f"{where} torch")
 
 
 def check_automatic(got, want, where, recorded=RECORDED["sam"]):
@@ -139,7 +150,7 @@ def test_sam2_references_discriminate():
 def test_prompts_match_transformers(backend, fixture):
     p, recorded = pipe(backend, fixture), RECORDED[fixture]
     for call in recorded.ref["prompts"]:
-        for i, (image, want) in enumerate(zip(photos(fixture), call["outputs"])):
+        for i, (image, want) in enumerate(zip(photos(fixture), call["outputs"], strict=True)):
             check_prompts(p(image, **call["call_kwargs"]), want, f"{call['call_kwargs']} photo {i}",
                           recorded)
 
@@ -148,8 +159,9 @@ def test_prompts_match_transformers(backend, fixture):
 @pytest.mark.parametrize("backend", ["jax", "mlx"])
 def test_automatic_matches_transformers(backend, fixture):
     p, recorded = pipe(backend, fixture), RECORDED[fixture]
+    images = [image_cases.make(name).convert("RGB") for name in recorded.automatic_photos]
     for call in recorded.ref["automatic"]:
-        for i, (image, want) in enumerate(zip(photos(fixture), call["outputs"])):
+        for i, (image, want) in enumerate(zip(images, call["outputs"], strict=True)):
             where = f"{call['call_kwargs']} photo {i}"
             check_automatic(p(image, **call["call_kwargs"]), want, where, recorded)
 
@@ -262,6 +274,57 @@ def test_sam2_jax_box_and_points():
     for call in recorded.ref["prompts"][4:6]:
         check_prompts(pipe("jax", "sam2")(photos("sam2")[1], **call["call_kwargs"]),
                       call["outputs"][1], f"jax {call['call_kwargs']}", recorded)
+
+
+def test_sam3_tracker_references_discriminate():
+    """sam3-tracker's prompts give distinct masks (between prompts and between the three
+    outputs), boxes alone among them; as sam2's, its NMS-free automatic call keeps ~40 masks whose
+    scores differ point by point."""
+    recorded = RECORDED["sam3-tracker"]
+    assert any("input_boxes" in call["call_kwargs"] and "input_points" not in call["call_kwargs"]
+               for call in recorded.ref["prompts"])
+    for call in recorded.ref["prompts"]:
+        for out in call["outputs"]:
+            masks = recorded.unpack(out["masks"])
+            masks = masks.reshape(-1, *masks.shape[-2:])
+            assert len({m.tobytes() for m in masks}) == len(masks)
+    for out in recorded.ref["automatic"][1]["outputs"]:
+        assert len(out["masks"]) >= 30 and len({round(s, 4) for s in out["scores"]}) >= 10
+
+
+def test_sam3_tracker_pixels_are_sam3_image_processors():
+    """Sam3ImageProcessor's pixel_values (every 4th pixel, recorded by transformers 5.24) from
+    the image processor read out of processor_config.json: SAM 2's Fast steps with SAM 3's mean /
+    std, the same float32 operations as torchvision's (measured: equal)."""
+    p, recorded = pipe("mlx", "sam3-tracker"), RECORDED["sam3-tracker"]
+    assert not (recorded.dir / "preprocessor_config.json").exists()
+    assert type(p.image_processor).__name__ == "Sam3ImageProcessor"
+    for i, image in enumerate(photos("sam3-tracker")):
+        got = p.image_processor(image)["pixel_values"][:, ::4, ::4]
+        np.testing.assert_allclose(got, recorded.masks[f"pixels/{i}"], rtol=0, atol=1e-6)
+
+
+def test_sam3_tracker_jax_boxes():
+    """The default suite's JAX run of sam3-tracker (its full JAX twins are slow,
+    tests/conftest.py): boxes alone, the empty-points layout (the graph test runs points on JAX,
+    tests/test_models.py)."""
+    recorded = RECORDED["sam3-tracker"]
+    call = recorded.ref["prompts"][4]
+    assert "input_points" not in call["call_kwargs"]
+    check_prompts(pipe("jax", "sam3-tracker")(photos("sam3-tracker")[1], **call["call_kwargs"]),
+                  call["outputs"][1], f"jax {call['call_kwargs']}", recorded)
+
+
+def test_a_processor_config_without_the_image_processor_is_a_clear_error(tmp_path):
+    import shutil
+
+    fx = RECORDED["sam3-tracker"].dir
+    shutil.copy(fx / "config.json", tmp_path / "config.json")
+    (tmp_path / "processor_config.json").write_text('{"processor_class": "Sam3TrackerProcessor"}')
+    shutil.copytree(fx / "onnx", tmp_path / "onnx")
+    with pytest.raises(PipelineError, match="nor a processor_config.json holding an "
+                                            "'image_processor'"):
+        transmuter.pipeline("mask-generation", tmp_path, backend="mlx")
 
 
 def test_needs_the_decoder_beside_the_encoder(tmp_path):

@@ -193,7 +193,12 @@ def _preprocessor(given, repo, where, cls, build, option, what):
                             f"{cls.__name__}, or a folder) with a model loaded by hand")
     settings = repo.json("preprocessor_config.json")
     if settings is None:
-        raise PipelineError(f"{repo.label} has no preprocessor_config.json, so its {what} cannot "
+        # transformers 5's processors save one processor_config.json, the image processor /
+        # feature extractor nested under its attribute name (ProcessorMixin.to_dict)
+        settings = (repo.json("processor_config.json") or {}).get(option)
+    if settings is None:
+        raise PipelineError(f"{repo.label} has no preprocessor_config.json (nor a "
+                            f"processor_config.json holding an {option!r}), so its {what} cannot "
                             f"be prepared as the model expects; give {option}=")
     return build(settings)
 

@@ -103,7 +103,8 @@ MODEL_TYPES = {
     # dual encoders and detectors queried with text
     "clip": "zero-shot-image-classification", "siglip": "zero-shot-image-classification",
     "clap": "zero-shot-audio-classification",
-    "sam": "mask-generation", "sam2": "mask-generation", "vits": "text-to-audio",
+    "sam": "mask-generation", "sam2": "mask-generation", "sam3_tracker": "mask-generation",
+    "vits": "text-to-audio",
 }
 # detectors queried with text, whose class names say ForObjectDetection
 ZERO_SHOT_DETECTORS = {"owlvit", "owlv2", "grounding-dino"}

@@ -10,6 +10,12 @@ torchvision), which records only SETS_5:
 
     /root/.cache/transmuter-tests/venv-rfdetr/bin/python tests/support/record_fast_image_processors.py
 
+SETS_5 holds SAM 3's Sam3ImageProcessor too (fast_sam3.npz), recorded in the venv of
+requirements-sam3.txt (transformers 5.24.0, torch 2.13.0+cpu with torchvision 0.28.0, which
+torchvision_cpu.py lets import), where the rfdetr venv's CUDA torch is not to be had:
+
+    /work/venvs/sam3/bin/python tests/support/record_fast_image_processors.py sam3
+
 The same images and file layout as record_image_processors.py (whose helpers this reuses), written
 to tests/fixtures/image_processors/fast_<config>.npz, with AutoImageProcessor(use_fast=True):
 `<case>/pixel_values`, `<case>/original_size`, `<case>/size`, `<case>/digest`, `<case>/error`,
@@ -34,13 +40,15 @@ os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import torchvision_cpu  # noqa: E402, F401  (before transformers; nothing where torchvision loads)
 import transformers  # noqa: E402
 from transformers import AutoImageProcessor  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import image_cases  # noqa: E402
 
-MAJOR = int(transformers.__version__.split(".")[0])  # 5: the rfdetr venv (SETS_5 below)
+MAJOR = int(transformers.__version__.split(".")[0])  # 5: the rfdetr / sam3 venvs (SETS_5 below)
 import record_image_processors as slow  # noqa: E402
 
 OUT = slow.OUT
@@ -180,6 +188,10 @@ SETS_5 = {
                      {"batch": BATCH}),
     "rfdetr_nearest": ({**RFDETR, "size": {"height": 24, "width": 28}, "resample": 0}, CORE[:6],
                        {}),
+    # SAM 3 (the tracker's and SAM 3's processor; written inline, as sam2): a small non-square
+    # size, every other option the class default (squeezed, mean / std 0.5, no padding)
+    "sam3": ({"image_processor_type": "Sam3ImageProcessor", "size": {"height": 48, "width": 40}},
+             TWENTY, {}),
 }
 
 
@@ -268,7 +280,7 @@ def main(names):
     for name in names:
         if name not in sets:
             sys.exit(f"{name}: not a set of transformers {transformers.__version__} (SETS is "
-                     "recorded in the fast venv, SETS_5 in the rfdetr venv)")
+                     "recorded in the fast venv, SETS_5 in the rfdetr or sam3 venv)")
     for name in names or sets:
         config, cases, options = sets[name]
         cls = record_set(name, config, cases, options)

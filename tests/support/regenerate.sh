@@ -28,6 +28,7 @@ GLINER="$(venv gliner "$HERE/requirements-gliner.txt")"
 FAST="$(venv fast "$HERE/requirements-fast.txt")"  # torch + torchvision for the *Fast processors
 AUDIO="$(venv audio "$HERE/requirements-audio.txt")"  # torch 2.9.1 + torchaudio: resample
 RFDETR="$(venv rfdetr "$HERE/requirements-rfdetr.txt")"  # transformers 5.24 + torchvision: RF-DETR
+SAM3="$(venv sam3 "$HERE/requirements-sam3.txt")"  # transformers 5.24 + torchvision 0.28 on the CPU torch: SAM 3 tracker
 
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
@@ -64,6 +65,7 @@ time "$EXPORT" tests/support/record_grounding_dino.py  # its pipeline / grounded
 time "$EXPORT" tests/support/families_sam.py  # sam: optimum SAM split export (vision_encoder + prompt_encoder_mask_decoder)
 time "$EXPORT" tests/support/record_sam.py  # its prompt-mode (SamProcessor) and automatic mask-generation pipeline references
 time "$EXPORT" tests/support/families_sam2.py  # sam2: SAM 2 traced in the onnx-community layout; saves the torch model for record_sam2.py
+time "$SAM3" tests/support/families_sam3_tracker.py  # sam3-tracker: SAM 3 tracker traced in the onnx-community layout, its processor_config.json and prompt references
 time "$EXPORT" tests/support/families_vision_rtdetr.py
 time "$EXPORT" tests/support/families_vision_dfine.py  # d-fine: optimum export, photo references
 time "$RFDETR" tests/support/families_vision_rfdetr.py  # rf-detr: torch.onnx; transformers 5.24's RfDetrImageProcessor needs torchvision

@@ -5,8 +5,11 @@ apart):
 - SAM (Xenova/sam-vit-base, Xenova/slimsam-77-uniform: optimum's export): the encoder gives
   image_embeddings and image_positional_embeddings; the decoder takes input_points and
   input_labels (no boxes).
-- SAM 2 / 2.1 (onnx-community/sam2.1-hiera-*-ONNX): the encoder gives image_embeddings.0, .1,
-  .2; the decoder also takes input_boxes and gives object_score_logits.
+- SAM 2 / 2.1 (onnx-community/sam2.1-hiera-*-ONNX) and the SAM 3 tracker
+  (onnx-community/sam3-tracker-ONNX: transformers 5's Sam3TrackerModel, SAM 3's ViT encoder in front
+  of SAM 2's prompt encoder and decoder; transformers.js' Sam3TrackerModel is a Sam2Model): the
+  encoder gives image_embeddings.0, .1, .2; the decoder also takes input_boxes and gives
+  object_score_logits.
 
 Two modes:
 
@@ -14,9 +17,9 @@ Two modes:
         -> {"masks": [bool (H, W) arrays], "scores": float32 array}
                                  image, masks filtered by predicted IoU and stability, then NMS
     pipe("photo.jpg", input_points=[[[450, 600]]], input_labels=[[1]])
-    pipe("photo.jpg", input_boxes=[[75, 275, 1725, 850]])                   (SAM 2)
+    pipe("photo.jpg", input_boxes=[[75, 275, 1725, 850]])     (SAM 2, SAM 3 tracker)
         -> {"masks": bool (prompts, 3, H, W), "iou_scores": float32 (prompts, 3)}
-           (SAM 2 adds "object_score_logits": float32 (prompts, 1))
+           (SAM 2 / 3 add "object_score_logits": float32 (prompts, 1))
                                  Sam(2)Processor + Sam(2)Model + post_process_masks: per prompt,
                                  the decoder's three masks at the image's size and their scores
 
@@ -219,11 +222,12 @@ class _Sam:
 
 
 class _Sam2:
-    """SAM 2 / 2.1 (the onnx-community layout): points and boxes; the image is squeezed to a
-    square, and prompts with it (Sam2Processor scales both axes by size["height"]); masks
-    upscaled straight to the image (Sam2ImageProcessorFast.post_process_masks)."""
+    """SAM 2 / 2.1 and the SAM 3 tracker (the onnx-community layout): points and boxes; the image
+    is squeezed to a square, and prompts with it (Sam2Processor and Sam3TrackerProcessor scale
+    both axes by size["height"], their target_size); masks upscaled straight to the image
+    (Sam2ImageProcessorFast's and Sam3ImageProcessor's post_process_masks)."""
 
-    name = "SAM 2"
+    name = "SAM 2 / SAM 3 tracker"
     boxes = True
     scores = ("iou_scores", "object_score_logits")
 
@@ -253,7 +257,8 @@ def _family(model):
         return _Sam()
     raise PipelineError(f"mask-generation runs a split SAM export: a vision_encoder.onnx giving "
                         "image_embeddings and image_positional_embeddings (SAM), or "
-                        f"image_embeddings.0, .1, ... (SAM 2); this graph gives {sorted(outputs)}")
+                        "image_embeddings.0, .1, ... (SAM 2, SAM 3 tracker); this graph gives "
+                        f"{sorted(outputs)}")
 
 
 def _load_decoder(repo, model):

@@ -41,6 +41,7 @@ FAMILIES = (
     dense_fast.RTDetrImageProcessorFast, dense_fast.RfDetrImageProcessor,
     dense_fast.MaskFormerImageProcessorFast, dense_fast.DPTImageProcessorFast,
     dense_fast.SamImageProcessorFast, dense_fast.Sam2ImageProcessorFast,
+    dense_fast.Sam3ImageProcessor,
     dense_fast.Swin2SRImageProcessorFast,
     # owlv2_fast.py
     owlv2_fast.Owlv2ImageProcessorFast,

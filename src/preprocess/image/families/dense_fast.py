@@ -275,6 +275,17 @@ class Sam2ImageProcessorFast(FastImageProcessor):
         pass  # segmentation maps (labels) only
 
 
+class Sam3ImageProcessor(Sam2ImageProcessorFast):
+    """Sam3ImageProcessor (SAM 3 and its tracker; transformers 5's torchvision-backend class,
+    Sam3ImageProcessorFast in earlier releases): SAM 2's steps with SAM 3's defaults, 1008x1008,
+    288x288 masks and the "standard" mean / std (0.5)."""
+
+    names = ("Sam3ImageProcessor", "Sam3ImageProcessorFast")
+    defaults = {**Sam2ImageProcessorFast.defaults, "size": {"height": 1008, "width": 1008},
+                "mask_size": {"height": 288, "width": 288},
+                "image_mean": IMAGENET_STANDARD_MEAN, "image_std": IMAGENET_STANDARD_STD}
+
+
 class Swin2SRImageProcessorFast(FastImageProcessor):
     """Swin2SRImageProcessorFast._preprocess: rescale (float32), then the slow one's symmetric pad
     to the next multiple of size_divisor (always at least one more block). Resize, crop and
