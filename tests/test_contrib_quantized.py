@@ -564,3 +564,42 @@ def test_qgemm(backend, a_type, b_type, out, per_column, trans):
         check(model, inputs, backend, atol=1e-5, rtol=1e-6)
     else:
         _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("x_type,w_type", [(np.uint8, np.int8), (np.int8, np.int8),
+                                           (np.uint8, np.uint8)])
+@pytest.mark.parametrize("channels_last,group", [(0, 1), (1, 1), (1, 6)])
+def test_contrib_qlinear_conv(backend, x_type, w_type, channels_last, group):
+    c, m = 6, 12
+    x = _q((2, 7, 8, c) if channels_last else (2, c, 7, 8), x_type)
+    inputs = {"x": x, "x_scale": np.array(0.0517, np.float32),
+              "x_zero_point": np.array(3, x_type), "w": _q((m, c // group, 3, 3), w_type),
+              "w_scale": (RNG.random(m) * 0.01 + 0.002).astype(np.float32),
+              "w_zero_point": np.zeros(m, w_type), "y_scale": np.array(0.613, np.float32),
+              "y_zero_point": np.array(-5 if x_type == np.int8 else 117, x_type),
+              "B": RNG.integers(-900, 900, m).astype(np.int32)}
+    model = single_node("QLinearConv", inputs, {"y": x_type},
+                        constants={k for k in inputs if k != "x"}, channels_last=channels_last,
+                        group=group, kernel_shape=[3, 3], pads=[1, 0, 1, 2], strides=[1, 2])
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_nhwc_max_pool(backend, dtype):
+    inputs = {"x": _q((2, 7, 9, 5), dtype)}
+    model = single_node("NhwcMaxPool", inputs, {"y": dtype}, kernel_shape=[3, 2],
+                        pads=[1, 0, 1, 1], strides=[2, 1], dilations=[1, 2])
+    check(model, inputs, backend, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a_shape,b_shape", [((5, 300), (300, 7)), ((2, 3, 4, 64), (64, 5))])
+def test_matmul_integer16(backend, a_shape, b_shape):
+    # |values| <= 2000: sums of 300 products stay within int32 (past it ORT's int32 sums wrap,
+    # garbage either way; JAX's integer dot saturates)
+    inputs = {"A": RNG.integers(-2000, 2000, a_shape).astype(np.int16),
+              "B": RNG.integers(-2000, 2000, b_shape).astype(np.int16)}
+    inputs["A"].flat[0], inputs["B"].flat[0] = -2000, -2000
+    check(single_node("MatMulInteger16", inputs, {"Y": np.int32}), inputs, backend, atol=0)

@@ -2,7 +2,8 @@
 its quantizer with ``use_qdq_contrib_ops``): QuantizeLinear and DequantizeLinear (the standard
 ops under the contrib domain, which took 16-bit and 4-bit types before opset 21), QLinearAdd,
 QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearAveragePool,
-QLinearConcat, QLinearWhere, QLinearSoftmax and QGemm (exact int32 products, as MatMulInteger).
+QLinearConcat, QLinearWhere, QLinearSoftmax, QGemm (exact int32 products, as MatMulInteger),
+QLinearConv and NhwcMaxPool (the channels-last forms ORT's NHWC transformer writes).
 
 Each dequantizes its inputs to float32, applies the float op, and quantizes the result with the
 output's scale and zero point (round half to even, saturated): the value ORT's kernels aim at.
@@ -12,8 +13,8 @@ one step apart where the float result sits near a rounding tie."""
 import numpy as np
 
 from ..nn import normalized_axis
-from ..pool import average_pool
-from ..qlinear import matmul_integer
+from ..pool import average_pool, max_pool
+from ..qlinear import matmul_integer, qlinear_conv as qlinear_conv_10
 from ..quantize import dequantize, int_range, quantize
 from ..registry import op
 
@@ -93,14 +94,40 @@ def qlinear_average_pool(xp, x, x_scale, x_zero_point=None, y_scale=None, y_zero
                          kernel_shape, auto_pad="NOTSET", ceil_mode=0, channels_last=0,
                          count_include_pad=0, pads=None, strides=None):
     v = _real(xp, x, x_scale, x_zero_point)
-    last = x.ndim - 1
-    if channels_last:
-        v = xp.transpose(v, (0, last) + tuple(range(1, last)))
+    v = _channels_first(xp, v) if channels_last else v
     y = average_pool(xp, v, kernel_shape=kernel_shape, auto_pad=auto_pad, ceil_mode=ceil_mode,
                      count_include_pad=count_include_pad, pads=pads, strides=strides)
-    if channels_last:
-        y = xp.transpose(y, (0,) + tuple(range(2, y.ndim)) + (1,))
+    y = _channels_last(xp, y) if channels_last else y
     return _quantized(xp, y, y_scale, y_zero_point, x)
+
+
+def _channels_first(xp, x):
+    return xp.transpose(x, (0, x.ndim - 1) + tuple(range(1, x.ndim - 1)))
+
+
+def _channels_last(xp, x):
+    return xp.transpose(x, (0,) + tuple(range(2, x.ndim)) + (1,))
+
+
+@op("QLinearConv", 1, domain=MS)
+def qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+                 b=None, *, auto_pad="NOTSET", channels_last=0, dilations=None, group=1,
+                 kernel_shape=None, pads=None, strides=None):
+    """The standard QLinearConv, on channels-last X and Y when ``channels_last``."""
+    y = qlinear_conv_10(xp, _channels_first(xp, x) if channels_last else x, x_scale,
+                        x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b,
+                        auto_pad=auto_pad, dilations=dilations, group=group,
+                        kernel_shape=kernel_shape, pads=pads, strides=strides)
+    return _channels_last(xp, y) if channels_last else y
+
+
+@op("NhwcMaxPool", 1, domain=MS)
+def nhwc_max_pool(xp, x, *, kernel_shape, auto_pad="NOTSET", ceil_mode=0, dilations=None,
+                  pads=None, strides=None):
+    """MaxPool of 8-bit channels-last X."""
+    return _channels_last(xp, max_pool(xp, _channels_first(xp, x), kernel_shape=kernel_shape,
+                                       auto_pad=auto_pad, ceil_mode=ceil_mode,
+                                       dilations=dilations, pads=pads, strides=strides))
 
 
 @op("QLinearWhere", 1, domain=MS)
