@@ -1,6 +1,7 @@
 """com.microsoft normalizations: (Skip)SimplifiedLayerNormalization (RMS norm; genai writes the
 plain one in the default domain too), SkipLayerNormalization, EmbedLayerNormalization, the
-contrib LayerNormalization that ONNX Runtime runs for opsets before 17, and GroupNorm /
+contrib LayerNormalization that ONNX Runtime runs for opsets before 17, QEmbedLayerNormalization
+(its 8-bit tables, as ORT's quantizer writes it), and GroupNorm /
 SkipGroupNorm (channels-last, as onnxruntime.transformers' Stable Diffusion optimizer writes them).
 
 Statistics run in f32 for half inputs; the mean / inv_std_var outputs are f32 (ORT's stash type)."""
@@ -10,6 +11,7 @@ import numpy as np
 from ..attention import f32
 from ..bounds import Along
 from ..nn import layer_normalization as layer_normalization_17, normalized_axis
+from ..quantize import dequantize
 from ..registry import op
 
 MS = "com.microsoft"
@@ -110,6 +112,28 @@ def embed_layer_normalization(xp, input_ids, segment_ids, word_embedding, positi
     else:
         mask_index = xp.zeros((b,), np.int32)
     return y, mask_index, emb
+
+
+@op("QEmbedLayerNormalization", 1, domain=MS,
+    indices={0: Along(data=2, attr=None), 1: Along(data=4, attr=None)})
+def qembed_layer_normalization(xp, input_ids, segment_ids, word_embedding, position_embedding,
+                               segment_embedding, gamma, beta, mask, word_scale, position_scale,
+                               segment_scale, gamma_scale, beta_scale, word_zero_point,
+                               position_zero_point, segment_zero_point, gamma_zero_point,
+                               beta_zero_point, *, epsilon=1e-12):
+    """EmbedLayerNormalization over the tables dequantized per tensor ((q - zero point) * scale,
+    ORT's CPU kernel); positions are 0..S-1; mask_index counts the mask's ones."""
+    def real(q, scale, zero_point):
+        return None if q is None else dequantize(xp, q, xp.astype(scale, np.float32), zero_point)
+
+    if mask is not None:
+        mask = xp.astype(mask == 1, np.int32)
+    return embed_layer_normalization(
+        xp, input_ids, segment_ids, real(word_embedding, word_scale, word_zero_point),
+        real(position_embedding, position_scale, position_zero_point),
+        real(segment_embedding, segment_scale, segment_zero_point) if segment_ids is not None
+        else None, real(gamma, gamma_scale, gamma_zero_point),
+        real(beta, beta_scale, beta_zero_point), mask, epsilon=epsilon)[:2]
 
 
 def _channels(x, channels_last):
