@@ -10,7 +10,7 @@ rtol 1e-5 on values of size ~1-5. Half outputs: one float16 ulp (rtol 2^-10, ato
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.contrib_graphs import BACKENDS, run_ort, run_ours, single_node
 
@@ -200,3 +200,70 @@ def test_gemm_fast_gelu(backend, dtype, with_bias):
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_allclose(got.astype(F32), want.astype(F32), rtol=2 ** -10,
                                atol=1.13 * product * 2 ** -11)
+
+
+def t5_bias_nodes(length, n_buckets, max_distance, bidirectional):
+    """The standard-op graph of Hugging Face T5's compute_bias (what ORT's T5 optimizer fuses),
+    from the (buckets, heads) table "table" to (1, heads, L, L) "bias"."""
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+            np.asarray(value), name))
+
+    buckets = n_buckets // 2 if bidirectional else n_buckets
+    exact = buckets // 2
+    nodes = [const("zero", np.int64(0)), const("len", np.int64(length)),
+             const("one", np.int64(1)), const("ax0", np.array([0], np.int64)),
+             const("ax1", np.array([1], np.int64)),
+             helper.make_node("Range", ["zero", "len", "one"], ["pos"]),
+             helper.make_node("Unsqueeze", ["pos", "ax0"], ["mem"]),
+             helper.make_node("Unsqueeze", ["pos", "ax1"], ["ctx"]),
+             helper.make_node("Sub", ["mem", "ctx"], ["rel"])]
+    if bidirectional:
+        nodes += [const("zero_i", np.int64(0)), const("half", np.int64(buckets)),
+                  helper.make_node("Greater", ["rel", "zero_i"], ["after"]),
+                  helper.make_node("Where", ["after", "half", "zero_i"], ["offset"]),
+                  helper.make_node("Abs", ["rel"], ["dist"])]
+    else:
+        nodes += [const("zero_i", np.int64(0)), const("offset", np.int64(0)),
+                  helper.make_node("Min", ["rel", "zero_i"], ["past"]),
+                  helper.make_node("Neg", ["past"], ["dist"])]
+    nodes += [const("exact", np.int64(exact)), const("exact_f", np.float32(exact)),
+              const("log_range", np.float32(np.log(np.float32(max_distance) / np.float32(exact)))),
+              const("span", np.float32(buckets - exact)), const("cap", np.int64(buckets - 1)),
+              helper.make_node("Less", ["dist", "exact"], ["small"]),
+              helper.make_node("Cast", ["dist"], ["dist_f"], to=TensorProto.FLOAT),
+              helper.make_node("Div", ["dist_f", "exact_f"], ["ratio"]),
+              helper.make_node("Log", ["ratio"], ["log"]),
+              helper.make_node("Div", ["log", "log_range"], ["scaled"]),
+              helper.make_node("Mul", ["scaled", "span"], ["steps"]),
+              helper.make_node("Where", ["small", "exact_f", "steps"], ["steps_ok"]),
+              helper.make_node("Cast", ["steps_ok"], ["steps_i"], to=TensorProto.INT64),
+              helper.make_node("Add", ["steps_i", "exact"], ["large_raw"]),
+              helper.make_node("Min", ["large_raw", "cap"], ["large"]),
+              helper.make_node("Where", ["small", "dist", "large"], ["in_half"]),
+              helper.make_node("Add", ["in_half", "offset"], ["bucket"]),
+              helper.make_node("Gather", ["table", "bucket"], ["values"]),
+              helper.make_node("Transpose", ["values"], ["heads"], perm=[2, 0, 1]),
+              helper.make_node("Unsqueeze", ["heads", "ax0"], ["bias"])]
+    return nodes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("bidirectional,length", [(1, 7), (1, 150), (0, 5), (0, 140)])
+def test_relative_position_bias(backend, dtype, bidirectional, length):
+    # T5's 32 buckets over max_distance 128: lengths past 128 reach the capped last bucket
+    n_buckets, heads, max_distance = 32, 3, 128
+    table = RNG.standard_normal((n_buckets, heads)).astype(dtype)
+    # ORT's optimizer stores the transposed weight's bytes under the (buckets, heads) shape
+    inputs = {"bias_table": np.ascontiguousarray(table.T).reshape(n_buckets, heads),
+              "query_length": np.array(length, np.int64),
+              "key_length": np.array(length, np.int64)}
+    model = single_node("RelativePositionBias", inputs, {"output": dtype},
+                        constants={"query_length", "key_length"}, max_distance=max_distance,
+                        is_bidirectional=bidirectional)
+    ref = reference_model(t5_bias_nodes(length, n_buckets, max_distance, bidirectional),
+                          {"table": table}, {"bias": dtype}, opset=18)
+    want = run_ort(ref, {"table": table})["bias"]
+    got = run_ours(model, inputs, backend)["output"]
+    np.testing.assert_array_equal(got, want)  # a gather: the same bucket gives the same value

@@ -1,6 +1,7 @@
 """com.microsoft Attention (fused QKV projection), QAttention (its int8 form, which ONNX Runtime's
 quantizer writes for Attention), MultiHeadAttention and RotaryEmbedding, as ONNX Runtime's CPU
-kernels compute them.
+kernels compute them, and RelativePositionBias (T5's, as its T5 optimizer writes it; CUDA only in
+ORT).
 
 Masks follow ORT's PrepareMask: a masked key (mask 0, past a 1-D key length, or in the future of
 a unidirectional query) adds ``mask_filter_value`` (-10000 by default) to the score, additively,
@@ -154,6 +155,42 @@ def multihead_attention(xp, query, key=None, value=None, bias=None, key_padding_
                        filter_value=mask_filter_value)
     outputs = (xp.astype(merge_heads(xp, out), dt), k, v, xp.astype(probs, dt))
     return outputs[:max(ctx.n_outputs, 1)]
+
+
+@op("RelativePositionBias", 1, domain=MS, static=(1, 2))
+def relative_position_bias(xp, bias_table, query_length, key_length, *, max_distance,
+                           is_bidirectional=0):
+    """T5's bucketed relative position bias, (1, heads, L, L) for L = query_length, as ORT's CUDA
+    kernel computes it (relative_attn_bias_impl.cu): key - query position, halved buckets by sign
+    when bidirectional, else only the past; exact below max_exact = buckets / 2, then
+    int(logf(d / max_exact) / logf(max_distance / max_exact) * (buckets - max_exact)), capped.
+    The table's data is (heads, buckets) under its declared (buckets, heads) shape (ORT's
+    optimizer writes the transposed weight: "COL-major")."""
+    length = int(np.asarray(query_length).reshape(-1)[0])
+    if int(np.asarray(key_length).reshape(-1)[0]) != length:
+        raise ValueError(f"query_length {length} and key_length "
+                         f"{int(np.asarray(key_length).reshape(-1)[0])} must be equal "
+                         "(ONNX Runtime's kernel computes self-attention's square bias)")
+    n_buckets, n_heads = bias_table.shape
+    position = np.arange(length)
+    relative = position[None, :] - position[:, None]
+    buckets, offset = n_buckets, np.zeros_like(relative)
+    if is_bidirectional:
+        buckets //= 2
+        offset = np.where(relative > 0, buckets, 0)
+        relative = np.abs(relative)
+    else:
+        relative = -np.minimum(relative, 0)
+    exact = buckets // 2
+    with np.errstate(divide="ignore"):
+        large = exact + (np.log(relative.astype(np.float32) / np.float32(exact))
+                         / np.log(np.float32(max_distance) / np.float32(exact))
+                         * np.float32(buckets - exact))
+    large = np.minimum(np.where(relative < exact, 0, large).astype(np.int64), buckets - 1)
+    index = offset + np.where(relative < exact, relative, large)
+    table = xp.reshape(bias_table, (n_heads, n_buckets))
+    return xp.reshape(xp.take(table, xp.asarray(index.reshape(-1)), axis=1),
+                      (1, n_heads, length, length))
 
 
 @op("RotaryEmbedding", 1, domain=MS)
