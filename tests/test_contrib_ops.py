@@ -278,3 +278,14 @@ def test_qembed_layer_normalization(backend, dtype, with_segment_and_mask):
                         constants={k for k in inputs if k not in ("input_ids", "segment_ids",
                                                                   "mask")})
     check(model, inputs, backend, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("attrs", [{}, {"mode": "nearest", "padding_mode": "border",
+                                        "align_corners": 1},
+                                   {"mode": "bicubic", "padding_mode": "reflection"}])
+def test_contrib_grid_sample(backend, attrs):
+    # torch's export before opset 16; the grid reaches past [-1, 1] to exercise the padding
+    inputs = {"X": x(2, 3, 5, 6), "Grid": x(2, 4, 7, 2, scale=0.8)}
+    check(single_node("GridSample", inputs, {"Y": F32}, **attrs), inputs, backend, atol=2e-5,
+          rtol=1e-5)
