@@ -267,3 +267,20 @@ def test_relative_position_bias(backend, dtype, bidirectional, length):
     want = run_ort(ref, {"table": table})["bias"]
     got = run_ours(model, inputs, backend)["output"]
     np.testing.assert_array_equal(got, want)  # a gather: the same bucket gives the same value
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_bias_split_gelu(backend, dtype):
+    # ORT's CUDA kernel: X + bias in X's type (NumPy's IEEE half add here), then
+    # left * right * (1 + erf(right / sqrt 2)) / 2 in f32, rounded once (the graph's casts)
+    x, bias = RNG.standard_normal((2, 5, 24)).astype(dtype), RNG.standard_normal(24).astype(dtype)
+    inputs = {"X": x, "bias": bias}
+    model = single_node("BiasSplitGelu", inputs, {"Y": dtype})
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Cast", ["S"], ["s"], to=f),
+             helper.make_node("Split", ["s"], ["left", "right"], axis=-1, num_outputs=2),
+             helper.make_node("Gelu", ["right"], ["g"]),
+             helper.make_node("Mul", ["left", "g"], ["y"]), cast_node("y", "Y", dtype)]
+    ref = reference_model(nodes, {"S": x + bias}, {"Y": dtype}, opset=20)
+    compare(run_ours(model, inputs, backend)["Y"], run_ort(ref, {"S": x + bias})["Y"], dtype)

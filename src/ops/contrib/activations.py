@@ -117,7 +117,9 @@ def bias_add(xp, x, bias, skip):
 
 @op("BiasSplitGelu", 1, domain=MS)
 def bias_split_gelu(xp, x, bias):
-    y = f32(xp, x) + f32(xp, bias)
+    """left * Gelu(right) of X + bias: the sum in X's type (a half add in ORT's CUDA kernel), the
+    rest in f32, rounded once."""
+    y = f32(xp, x + bias)
     half = y.shape[-1] // 2
     return xp.astype(y[..., :half] * _erf_gelu(xp, y[..., half:]), xp.dtype_of(x))
 
