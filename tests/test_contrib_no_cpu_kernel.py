@@ -146,9 +146,9 @@ def cast_node(src, dst, dtype):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype", [F32, F16])
-@pytest.mark.parametrize("axis,inner,bias_shape", [(3, 1, (2, 1, 1, 5)), (2, 1, (2, 1, 4, 5)),
-                                                    (-1, 0, (1, 3, 4, 5)), (2, 0, (3, 4, 5))])
+@pytest.mark.parametrize("dtype,axis,inner,bias_shape", [
+    (F32, 3, 1, (2, 1, 1, 5)), (F16, 2, 1, (2, 1, 4, 5)), (F32, -1, 0, (1, 3, 4, 5)),
+    (F16, 2, 0, (3, 4, 5))])
 def test_bias_softmax(backend, dtype, axis, inner, bias_shape):
     # the shapes ORT's fusion gives it: X's leading axes, then 1s up to ``axis`` (inner), or the
     # axes before ``axis`` that it keeps with the leading ones dropped (outer)
@@ -249,8 +249,8 @@ def t5_bias_nodes(length, n_buckets, max_distance, bidirectional):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype", [F32, F16])
-@pytest.mark.parametrize("bidirectional,length", [(1, 7), (1, 150), (0, 5), (0, 140)])
+@pytest.mark.parametrize("dtype,bidirectional,length", [(F32, 1, 7), (F16, 1, 150), (F32, 0, 5),
+                                                       (F32, 0, 140)])
 def test_relative_position_bias(backend, dtype, bidirectional, length):
     # T5's 32 buckets over max_distance 128: lengths past 128 reach the capped last bucket
     n_buckets, heads, max_distance = 32, 3, 128

@@ -517,9 +517,10 @@ def test_qlinear_where(backend, dtype):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype,y_zero_point", [(np.uint8, 0), (np.int8, -128)])
-@pytest.mark.parametrize("opset,axis,y_scale", [(13, -1, 1 / 256), (13, 1, 1 / 255),
-                                                (12, 1, 1 / 256), (12, None, 0.003)])
+@pytest.mark.parametrize("dtype,y_zero_point,opset,axis,y_scale", [
+    (np.uint8, 0, 13, -1, 1 / 256), (np.int8, -128, 13, 1, 1 / 255),
+    (np.uint8, 0, 13, 1, 1 / 255), (np.int8, -128, 12, 1, 1 / 256),
+    (np.uint8, 0, 12, None, 0.003)])
 def test_qlinear_softmax(backend, dtype, y_zero_point, opset, axis, y_scale):
     # no axis: the schema's -1 at opset 12 too (the kernel's own default of 1 is never read);
     # y_scale 1/255: ORT multiplies by floor(1 / y_scale) = 254 (1 / f32(1/255) is 254.99998);
@@ -540,11 +541,10 @@ def test_qlinear_softmax(backend, dtype, y_zero_point, opset, axis, y_scale):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("a_type,b_type", [(np.uint8, np.uint8), (np.uint8, np.int8),
-                                           (np.int8, np.int8)])
-@pytest.mark.parametrize("out,per_column,trans", [("float", False, (0, 0)),
-                                                  ("quantized", True, (1, 1)),
-                                                  ("quantized", False, (0, 1))])
+@pytest.mark.parametrize("a_type,b_type,out,per_column,trans", [
+    (np.uint8, np.uint8, "float", False, (0, 0)), (np.uint8, np.int8, "float", True, (1, 0)),
+    (np.uint8, np.int8, "quantized", True, (1, 1)), (np.int8, np.int8, "quantized", False, (0, 1)),
+    (np.uint8, np.uint8, "quantized", True, (0, 0))])
 def test_qgemm(backend, a_type, b_type, out, per_column, trans):
     m, k, n = 5, 37, 6
     b_zp = (RNG.integers(-3, 3, n) if per_column else np.array(1)).astype(b_type)
@@ -567,9 +567,9 @@ def test_qgemm(backend, a_type, b_type, out, per_column, trans):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("x_type,w_type", [(np.uint8, np.int8), (np.int8, np.int8),
-                                           (np.uint8, np.uint8)])
-@pytest.mark.parametrize("channels_last,group", [(0, 1), (1, 1), (1, 6)])
+@pytest.mark.parametrize("x_type,w_type,channels_last,group", [
+    (np.uint8, np.int8, 0, 1), (np.int8, np.int8, 1, 1), (np.uint8, np.uint8, 1, 6),
+    (np.uint8, np.int8, 1, 6)])
 def test_contrib_qlinear_conv(backend, x_type, w_type, channels_last, group):
     c, m = 6, 12
     x = _q((2, 7, 8, c) if channels_last else (2, c, 7, 8), x_type)
