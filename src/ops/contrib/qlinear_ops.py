@@ -177,7 +177,8 @@ def qgemm(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scal
     acc = matmul_integer(xp, a, b, xp.reshape(a_zero_point, ()), b_zero_point)
     if c is not None:
         acc = acc + c
-    scale = np.float32(alpha) * xp.reshape(xp.astype(a_scale, _F32), ()) * xp.astype(b_scale, _F32)
+    # the arrays first: a NumPy scalar first would pull an MLX array to the host
+    scale = xp.reshape(xp.astype(a_scale, _F32), ()) * np.float32(alpha) * xp.astype(b_scale, _F32)
     if y_scale is not None:
         scale = scale / xp.reshape(xp.astype(y_scale, _F32), ())
     y = xp.astype(acc, _F32) * scale
