@@ -279,3 +279,36 @@ def test_gqa_nan_past_the_attended_rows(backend, rotary):
         inputs["cos_cache"][3:5] = np.nan
         got, want = _run_gqa(backend, inputs, attrs)
         assert np.isfinite(want["output"][:, :3]).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("x_type,w_type", [(np.uint8, np.int8), (np.uint8, np.uint8)])
+@pytest.mark.parametrize("variant", ["plain", "per_column_mask", "past_unidirectional"])
+def test_qattention(backend, x_type, w_type, variant):
+    # The projection is exact in int32 on both sides; what differs is the f32 attention after it
+    # (summation order, exp): Attention's 2e-5.
+    hidden = N * H
+    rng = np.random.default_rng(7)
+
+    def q(shape, dtype):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+    inputs = {"input": q((B, S, hidden), x_type), "weight": q((hidden, 3 * hidden), w_type),
+              "bias": r(3 * hidden), "input_scale": np.array(0.02, F32),
+              "weight_scale": np.array(0.0031, F32), "mask_index": None,
+              "input_zero_point": np.array(121, x_type),
+              "weight_zero_point": np.array(3, w_type)}
+    outputs, attrs = {"output": F32}, {}
+    if variant == "per_column_mask":
+        inputs["weight_scale"] = (rng.random(3 * hidden) * 0.003 + 0.001).astype(F32)
+        inputs["weight_zero_point"] = rng.integers(0, 9, 3 * hidden).astype(w_type)
+        inputs["mask_index"] = np.array([[1] * 5, [1] * 3 + [0] * 2], np.int32)
+    elif variant == "past_unidirectional":
+        inputs["past"] = r(2, B, N, 3, H)
+        outputs["present"] = F32
+        attrs["unidirectional"] = 1
+    model = single_node("QAttention", inputs, outputs, num_heads=N,
+                        constants={"weight", "input_scale", "weight_scale", "input_zero_point",
+                                   "weight_zero_point"}, **attrs)
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)

@@ -240,3 +240,52 @@ def test_fast_gelu_compiled(backend):
     fn = transmuter.compile(transmuter.load(model, backend=backend))
     got = np.asarray(fn(inputs)["Y"])
     np.testing.assert_allclose(got, run_ort(model, inputs)["Y"], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("with_segment_and_mask", [False, True])
+def test_qembed_layer_normalization(backend, dtype, with_segment_and_mask):
+    # the tables dequantize exactly (integers times an f32 scale); what differs is the f32
+    # layer norm's summation order: the f32 tolerance
+    b, s, hidden = 2, 5, 16
+    info = np.iinfo(dtype)
+
+    def q(*shape):
+        return RNG.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+    def scale(v):
+        return np.array(v, F32)
+
+    def zp(v):
+        return np.array(v, dtype)
+
+    inputs = {"input_ids": RNG.integers(0, 30, (b, s)).astype(np.int32),
+              "segment_ids": None, "word_embedding": q(30, hidden),
+              "position_embedding": q(8, hidden), "segment_embedding": None,
+              "gamma": q(hidden), "beta": q(hidden), "mask": None,
+              "word_scale": scale(0.01), "position_scale": scale(0.02), "segment_scale": None,
+              "gamma_scale": scale(0.008), "beta_scale": scale(0.003),
+              "word_zero_point": zp(3), "position_zero_point": zp(-2 if dtype == np.int8 else 9),
+              "segment_zero_point": None, "gamma_zero_point": zp(1), "beta_zero_point": zp(0)}
+    if with_segment_and_mask:
+        inputs.update(segment_ids=RNG.integers(0, 2, (b, s)).astype(np.int32),
+                      segment_embedding=q(2, hidden), segment_scale=scale(0.05),
+                      segment_zero_point=zp(4),
+                      mask=np.array([[1] * 5, [1] * 3 + [0] * 2], np.int32))
+    model = single_node("QEmbedLayerNormalization", inputs,
+                        {"layernorm_out": F32, "mask_index_out": np.int32}, epsilon=1e-12,
+                        constants={k for k in inputs if k not in ("input_ids", "segment_ids",
+                                                                  "mask")})
+    check(model, inputs, backend, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("attrs", [{}, {"mode": "nearest", "padding_mode": "border",
+                                        "align_corners": 1},
+                                   {"mode": "bicubic", "padding_mode": "reflection"}])
+def test_contrib_grid_sample(backend, attrs):
+    # torch's export before opset 16; the grid reaches past [-1, 1] to exercise the padding
+    inputs = {"X": x(2, 3, 5, 6), "Grid": x(2, 4, 7, 2, scale=0.8)}
+    check(single_node("GridSample", inputs, {"Y": F32}, **attrs), inputs, backend, atol=2e-5,
+          rtol=1e-5)

@@ -6,6 +6,7 @@ difference from ORT is the f32 summation order of a K-long dot product: K <= 256
 
 import numpy as np
 import pytest
+from onnx import helper
 
 import transmuter
 
@@ -505,3 +506,122 @@ def test_contrib_quantize_dequantize_linear(backend, dtype):
     dq = single_node("DequantizeLinear", dq_inputs, {"y": np.float32},
                      constants={"scale", "zero_point"}, axis=1)
     check(dq, dq_inputs, backend, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("channels_last,attrs", [
+    (0, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 0}),
+    (1, {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [0, 1, 0, 1],
+         "count_include_pad": 1})])
+def test_qlinear_average_pool(backend, dtype, channels_last, attrs):
+    shape = (2, 6, 7, 5) if channels_last else (2, 5, 6, 7)
+    inputs = {"X": _q(shape, dtype), "x_scale": np.array(0.0517, np.float32),
+              "x_zero_point": np.array(3, dtype), "y_scale": np.array(0.0373, np.float32),
+              "y_zero_point": np.array(-7 if dtype == np.int8 else 121, dtype)}
+    model = single_node("QLinearAveragePool", inputs, {"Y": dtype},
+                        constants={k for k in inputs if k != "X"}, channels_last=channels_last,
+                        **attrs)
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_where(backend, dtype):
+    inputs = {"condition": RNG.random((3, 1, 40)) < 0.5, "X": _q((3, 4, 40), dtype),
+              "x_scale": np.array(0.0517, np.float32), "x_zero_point": np.array(3, dtype),
+              "Y": _q((4, 40), dtype), "y_scale": np.array(0.0213, np.float32),
+              "y_zero_point": np.array(-2 if dtype == np.int8 else 7, dtype),
+              "z_scale": np.array(0.0411, np.float32), "z_zero_point": np.array(5, dtype)}
+    model = single_node("QLinearWhere", inputs, {"Z": dtype},
+                        constants={k for k in inputs if "scale" in k or "zero" in k})
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype,y_zero_point,opset,axis,y_scale", [
+    (np.uint8, 0, 13, -1, 1 / 256), (np.int8, -128, 13, 1, 1 / 255),
+    (np.uint8, 0, 13, 1, 1 / 255), (np.int8, -128, 12, 1, 1 / 256),
+    (np.uint8, 0, 12, None, 0.003)])
+def test_qlinear_softmax(backend, dtype, y_zero_point, opset, axis, y_scale):
+    # no axis: the schema's -1 at opset 12 too (the kernel's own default of 1 is never read);
+    # y_scale 1/255: ORT multiplies by floor(1 / y_scale) = 254 (1 / f32(1/255) is 254.99998);
+    # the int8 cases keep each value under 256 steps (ORT's int8 path wraps at 128, we saturate)
+    x = _q((2, 3, 4, 7), dtype)
+    x[0, 0, 0] = np.iinfo(dtype).max  # a row of one value: each exp is 1
+    inputs = {"X": x, "X_scale": np.array(0.0625, np.float32),
+              "x_zero_point": np.array(0, dtype), "y_scale": np.array(y_scale, np.float32),
+              "y_zero_point": np.array(y_zero_point, dtype)}
+    if dtype == np.int8:
+        inputs["y_scale"] = np.array(max(y_scale, 1 / 255), np.float32)  # 254 steps at most
+    model = single_node("QLinearSoftmax", inputs, {"Y": dtype},
+                        constants={k for k in inputs if k != "X"},
+                        **({} if axis is None else {"axis": axis}))
+    # the attribute "opset" (the Softmax it stands for) is single_node's own keyword
+    model.graph.node[0].attribute.append(helper.make_attribute("opset", opset))
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a_type,b_type,out,per_column,trans", [
+    (np.uint8, np.uint8, "float", False, (0, 0)), (np.uint8, np.int8, "float", True, (1, 0)),
+    (np.uint8, np.int8, "quantized", True, (1, 1)), (np.int8, np.int8, "quantized", False, (0, 1)),
+    (np.uint8, np.uint8, "quantized", True, (0, 0))])
+def test_qgemm(backend, a_type, b_type, out, per_column, trans):
+    m, k, n = 5, 37, 6
+    b_zp = (RNG.integers(-3, 3, n) if per_column else np.array(1)).astype(b_type)
+    b_scale = ((RNG.random(n) * 0.02 + 0.01) if per_column else np.array(0.0231)).astype(
+        np.float32)
+    inputs = {"A": _q((k, m) if trans[0] else (m, k), a_type),
+              "a_scale": np.array(0.0517, np.float32), "a_zero_point": np.array(4, a_type),
+              "B": _q((n, k) if trans[1] else (k, n), b_type), "b_scale": b_scale,
+              "b_zero_point": b_zp, "C": RNG.integers(-500, 500, (n,)).astype(np.int32)}
+    outputs = {"Y": np.float32}
+    if out == "quantized":
+        inputs.update(y_scale=np.array(0.731, np.float32), y_zero_point=np.array(9, a_type))
+        outputs = {"Y": a_type}
+    model = single_node("QGemm", inputs, outputs, constants={
+        k for k in inputs if k not in ("A", "B")}, transA=trans[0], transB=trans[1], alpha=0.75)
+    if out == "float":  # exact int32 sums times one f32 scale: an ulp of the f32 product
+        check(model, inputs, backend, atol=1e-5, rtol=1e-6)
+    else:
+        _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("x_type,w_type,channels_last,group", [
+    (np.uint8, np.int8, 0, 1), (np.int8, np.int8, 1, 1), (np.uint8, np.uint8, 1, 6),
+    (np.uint8, np.int8, 1, 6)])
+def test_contrib_qlinear_conv(backend, x_type, w_type, channels_last, group):
+    c, m = 6, 12
+    x = _q((2, 7, 8, c) if channels_last else (2, c, 7, 8), x_type)
+    inputs = {"x": x, "x_scale": np.array(0.0517, np.float32),
+              "x_zero_point": np.array(3, x_type), "w": _q((m, c // group, 3, 3), w_type),
+              "w_scale": (RNG.random(m) * 0.01 + 0.002).astype(np.float32),
+              "w_zero_point": np.zeros(m, w_type), "y_scale": np.array(0.613, np.float32),
+              "y_zero_point": np.array(-5 if x_type == np.int8 else 117, x_type),
+              "B": RNG.integers(-900, 900, m).astype(np.int32)}
+    model = single_node("QLinearConv", inputs, {"y": x_type},
+                        constants={k for k in inputs if k != "x"}, channels_last=channels_last,
+                        group=group, kernel_shape=[3, 3], pads=[1, 0, 1, 2], strides=[1, 2])
+    _within_one_step(model, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_nhwc_max_pool(backend, dtype):
+    inputs = {"x": _q((2, 7, 9, 5), dtype)}
+    model = single_node("NhwcMaxPool", inputs, {"y": dtype}, kernel_shape=[3, 2],
+                        pads=[1, 0, 1, 1], strides=[2, 1], dilations=[1, 2])
+    check(model, inputs, backend, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a_shape,b_shape", [((5, 300), (300, 7)), ((2, 3, 4, 64), (64, 5))])
+def test_matmul_integer16(backend, a_shape, b_shape):
+    # |values| <= 2000: sums of 300 products stay within int32 (past it ORT's int32 sums wrap,
+    # garbage either way; JAX's integer dot saturates)
+    inputs = {"A": RNG.integers(-2000, 2000, a_shape).astype(np.int16),
+              "B": RNG.integers(-2000, 2000, b_shape).astype(np.int16)}
+    inputs["A"].flat[0], inputs["B"].flat[0] = -2000, -2000
+    check(single_node("MatMulInteger16", inputs, {"Y": np.int32}), inputs, backend, atol=0)

@@ -163,9 +163,13 @@ def batch_normalization(xp, x, scale, bias, mean, var, *, epsilon=1e-5, momentum
 
 @op("LpNormalization", 1)
 def lp_normalization(xp, x, *, axis=-1, p=2):
-    norm = (xp.sqrt(xp.sum(x * x, axis=axis, keepdims=True)) if p == 2
-            else xp.sum(xp.abs(x), axis=axis, keepdims=True))
-    return xp.where(norm == 0, xp.zeros_like(x), x / xp.where(norm == 0, xp.ones_like(norm), norm))
+    # half inputs in f32, rounded once: ORT's kernel takes float and double only, and runs a
+    # half graph's between casts (summing in half put 39% of values an ulp off, issue 40)
+    xf = _f32(xp, x)
+    norm = (xp.sqrt(xp.sum(xf * xf, axis=axis, keepdims=True)) if p == 2
+            else xp.sum(xp.abs(xf), axis=axis, keepdims=True))
+    y = xp.where(norm == 0, xp.zeros_like(xf), xf / xp.where(norm == 0, xp.ones_like(norm), norm))
+    return _back(xp, y, x)
 
 
 @op("MeanVarianceNormalization", 9)

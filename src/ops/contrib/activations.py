@@ -1,5 +1,6 @@
 """com.microsoft fused activations and small fusions: FastGelu, Gelu, BiasGelu, QuickGelu,
-BiasAdd, BiasSplitGelu, FusedMatMul, Trilu. Half inputs compute in f32 and round once."""
+BiasAdd, BiasSplitGelu, FusedMatMul, Trilu, GemmFastGelu, BiasSoftmax. Half inputs compute in f32
+and round once."""
 
 import numpy as np
 
@@ -69,6 +70,31 @@ def fast_gelu(xp, x, bias=None):
     return xp.astype(y, xp.dtype_of(x))
 
 
+@op("GemmFastGelu", 1, domain=MS)
+def gemm_fast_gelu(xp, x, w, bias=None):
+    """FastGelu(MatMul(X, W) + bias): ONNX Runtime's ROCm / CUDA fusion of the two ops."""
+    return fast_gelu(xp, xp.matmul(x, w), bias)
+
+
+@op("BiasSoftmax", 1, domain=MS)
+def bias_softmax(xp, x, bias, *, is_inner_broadcast, axis=1):
+    """Softmax of X + bias over the axes from ``axis`` on (Softmax-1's flattening), as ONNX
+    Runtime's CUDA kernel reads it: X is (batch, elements) at ``axis`` and bias k rows of those
+    elements; is_inner_broadcast=1 gives batch row i bias row i // (batch / k) (a [B, 1, S, S]
+    mask on [B, H, S, S] scores), 0 gives it row i % k (a [1, H, S, S] bias)."""
+    axis = axis + x.ndim if axis < 0 else axis
+    batch, elements = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
+    k = int(np.prod(bias.shape)) // elements if elements else 0
+    if not elements or k == 0 or k * elements != int(np.prod(bias.shape)) or batch % k:
+        raise ValueError(f"bias of shape {list(bias.shape)} does not broadcast to input "
+                         f"{list(x.shape)} at axis {axis}: it must hold k rows of "
+                         f"{elements} elements, k dividing {batch}")
+    rows = xp.reshape(f32(xp, bias), (k, 1, elements) if is_inner_broadcast else (1, k, elements))
+    scores = xp.reshape(f32(xp, x), (k, batch // k, elements) if is_inner_broadcast
+                        else (batch // k, k, elements))
+    return xp.astype(xp.reshape(xp.softmax(scores + rows, axis=-1), x.shape), xp.dtype_of(x))
+
+
 @op("Gelu", 1, domain=MS)
 def gelu(xp, x):
     return _act(xp, _erf_gelu, x)
@@ -91,7 +117,9 @@ def bias_add(xp, x, bias, skip):
 
 @op("BiasSplitGelu", 1, domain=MS)
 def bias_split_gelu(xp, x, bias):
-    y = f32(xp, x) + f32(xp, bias)
+    """left * Gelu(right) of X + bias: the sum in X's type (a half add in ORT's CUDA kernel), the
+    rest in f32, rounded once."""
+    y = f32(xp, x + bias)
     half = y.shape[-1] // 2
     return xp.astype(y[..., :half] * _erf_gelu(xp, y[..., half:]), xp.dtype_of(x))
 

@@ -1,13 +1,14 @@
 """com.microsoft ops that ONNX Runtime's graph optimizer writes when it fuses an activation into
 the op before it, and a saved optimized model keeps: FusedConv (Conv + activation, with an
 optional residual Z), FusedGemm (Gemm + activation), NhwcConv (channels-last Conv, written by
-onnxruntime.transformers' Stable Diffusion optimizer) and TransposeMatMul (FusedMatMul's older
-name)."""
+onnxruntime.transformers' Stable Diffusion optimizer), TransposeMatMul (FusedMatMul's older
+name) and GridSample (the contrib form torch exported before opset 16 had the op)."""
 
 from .. import elementwise as ew
 from ..conv import conv
 from ..nn import gemm
 from ..registry import op
+from ..sample import grid_sample_v16
 from .activations import fused_matmul
 
 MS = "com.microsoft"
@@ -100,3 +101,10 @@ def nhwc_conv(xp, x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1,
 def transpose_matmul(xp, a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
     return fused_matmul(xp, a, b, alpha=alpha, transA=transA, transB=transB,
                         transBatchA=transBatchA, transBatchB=transBatchB)
+
+
+@op("GridSample", 1, domain=MS)
+def grid_sample(xp, x, grid, *, align_corners=0, mode="bilinear", padding_mode="zeros"):
+    """ONNX's GridSample-16, which took this op's attributes and defaults."""
+    return grid_sample_v16(xp, x, grid, align_corners=align_corners, mode=mode,
+                           padding_mode=padding_mode)

@@ -1,5 +1,7 @@
-"""com.microsoft Attention (fused QKV projection), MultiHeadAttention and RotaryEmbedding, as
-ONNX Runtime's CPU kernels compute them.
+"""com.microsoft Attention (fused QKV projection), QAttention (its int8 form, which ONNX Runtime's
+quantizer writes for Attention), MultiHeadAttention and RotaryEmbedding, as ONNX Runtime's CPU
+kernels compute them, and RelativePositionBias (T5's, as its T5 optimizer writes it; CUDA only in
+ORT).
 
 Masks follow ORT's PrepareMask: a masked key (mask 0, past a 1-D key length, or in the future of
 a unidirectional query) adds ``mask_filter_value`` (-10000 by default) to the score, additively,
@@ -8,6 +10,7 @@ so fully masked rows stay finite. Scores and softmax run in f32."""
 import numpy as np
 
 from ..attention import f32, grouped_values, merge_heads, split_heads
+from ..qlinear import matmul_integer
 from ..registry import op
 from ..transformer_blocks import rotate_partial
 
@@ -59,13 +62,49 @@ def attention(xp, x, weights, bias=None, mask_index=None, past=None, attention_b
               past_sequence_length=None, *, num_heads, qkv_hidden_sizes=None, scale=0.0,
               mask_filter_value=-10000.0, unidirectional=0, do_rotary=0,
               past_present_share_buffer=0, rotary_embedding_dim=0, ctx=None):
-    if do_rotary or past_present_share_buffer:
-        raise NotImplementedError("contrib Attention with do_rotary or past_present_share_buffer")
-    dt = xp.dtype_of(x)
     qkv = xp.matmul(f32(xp, x), f32(xp, weights))
     if bias is not None:
         qkv = qkv + f32(xp, bias)
-    hq, hk, hv = qkv_hidden_sizes or [weights.shape[1] // 3] * 3
+    return attend(xp, qkv, xp.dtype_of(x), mask_index, past, attention_bias,
+                  num_heads=num_heads, qkv_hidden_sizes=qkv_hidden_sizes, scale=scale,
+                  mask_filter_value=mask_filter_value, unidirectional=unidirectional,
+                  do_rotary=do_rotary, past_present_share_buffer=past_present_share_buffer,
+                  n_outputs=ctx.n_outputs)
+
+
+@op("QAttention", 1, domain=MS, context=True)
+def qattention(xp, x, weight, bias, input_scale, weight_scale, mask_index=None,
+               input_zero_point=None, weight_zero_point=None, past=None, *, num_heads,
+               unidirectional=0, scale=0.0, mask_filter_value=-10000.0, do_rotary=0,
+               past_present_share_buffer=0, ctx=None):
+    """Attention on the projection (X - x_zp) @ (W - w_zp), exact in int32, times input_scale *
+    weight_scale (the weight's per column when it is [3 * hidden]) plus bias: ORT's CPU kernel
+    (quantization/attention_quant.cc) takes it through MLAS's scale-and-bias output step."""
+    for name, v in (("input_scale", input_scale), ("input_zero_point", input_zero_point)):
+        if v is not None and v.size != 1:
+            raise ValueError(f"{name} of shape {list(v.shape)} must be a scalar (per tensor)")
+    for name, v in (("weight_scale", weight_scale), ("weight_zero_point", weight_zero_point)):
+        if v is not None and (v.ndim > 1 or v.size not in (1, weight.shape[-1])):
+            raise ValueError(f"{name} of shape {list(v.shape)} must be a scalar or "
+                             f"[{weight.shape[-1]}] (per column of the weight)")
+    x_zp = None if input_zero_point is None else xp.reshape(input_zero_point, ())
+    acc = matmul_integer(xp, x, weight, x_zp, weight_zero_point)
+    qkv = (xp.astype(acc, np.float32) * (xp.reshape(f32(xp, input_scale), ())
+                                         * f32(xp, weight_scale)) + f32(xp, bias))
+    return attend(xp, qkv, xp.dtype_of(bias), mask_index, past, None, num_heads=num_heads,
+                  qkv_hidden_sizes=None, scale=scale, mask_filter_value=mask_filter_value,
+                  unidirectional=unidirectional, do_rotary=do_rotary,
+                  past_present_share_buffer=past_present_share_buffer, n_outputs=ctx.n_outputs)
+
+
+def attend(xp, qkv, dt, mask_index, past, attention_bias, *, num_heads, qkv_hidden_sizes,
+           scale, mask_filter_value, unidirectional, do_rotary, past_present_share_buffer,
+           n_outputs):
+    """Attention's heads from its f32 projection ``qkv`` (B, S, Q + K + V): the output in ``dt``
+    and, with a second output, present = stack(K, V) after the past."""
+    if do_rotary or past_present_share_buffer:
+        raise NotImplementedError("contrib Attention with do_rotary or past_present_share_buffer")
+    hq, hk, hv = qkv_hidden_sizes or [qkv.shape[-1] // 3] * 3
     q = split_heads(xp, qkv[..., :hq], num_heads)
     k = split_heads(xp, qkv[..., hq:hq + hk], num_heads)
     v = split_heads(xp, qkv[..., hq + hk:hq + hk + hv], num_heads)
@@ -79,7 +118,7 @@ def attention(xp, x, weights, bias=None, mask_index=None, past=None, attention_b
                    past_len=past_len, unidirectional=unidirectional,
                    filter_value=mask_filter_value)
     y = xp.astype(merge_heads(xp, out), dt)
-    return (y, xp.stack([k, v])) if ctx.n_outputs > 1 else y
+    return (y, xp.stack([k, v])) if n_outputs > 1 else y
 
 
 @op("MultiHeadAttention", 1, domain=MS, context=True)
@@ -116,6 +155,42 @@ def multihead_attention(xp, query, key=None, value=None, bias=None, key_padding_
                        filter_value=mask_filter_value)
     outputs = (xp.astype(merge_heads(xp, out), dt), k, v, xp.astype(probs, dt))
     return outputs[:max(ctx.n_outputs, 1)]
+
+
+@op("RelativePositionBias", 1, domain=MS, static=(1, 2))
+def relative_position_bias(xp, bias_table, query_length, key_length, *, max_distance,
+                           is_bidirectional=0):
+    """T5's bucketed relative position bias, (1, heads, L, L) for L = query_length, as ORT's CUDA
+    kernel computes it (relative_attn_bias_impl.cu): key - query position, halved buckets by sign
+    when bidirectional, else only the past; exact below max_exact = buckets / 2, then
+    int(logf(d / max_exact) / logf(max_distance / max_exact) * (buckets - max_exact)), capped.
+    The table's data is (heads, buckets) under its declared (buckets, heads) shape (ORT's
+    optimizer writes the transposed weight: "COL-major")."""
+    length = int(np.asarray(query_length).reshape(-1)[0])
+    if int(np.asarray(key_length).reshape(-1)[0]) != length:
+        raise ValueError(f"query_length {length} and key_length "
+                         f"{int(np.asarray(key_length).reshape(-1)[0])} must be equal "
+                         "(ONNX Runtime's kernel computes self-attention's square bias)")
+    n_buckets, n_heads = bias_table.shape
+    position = np.arange(length)
+    relative = position[None, :] - position[:, None]
+    buckets, offset = n_buckets, np.zeros_like(relative)
+    if is_bidirectional:
+        buckets //= 2
+        offset = np.where(relative > 0, buckets, 0)
+        relative = np.abs(relative)
+    else:
+        relative = -np.minimum(relative, 0)
+    exact = buckets // 2
+    with np.errstate(divide="ignore"):
+        large = exact + (np.log(relative.astype(np.float32) / np.float32(exact))
+                         / np.log(np.float32(max_distance) / np.float32(exact))
+                         * np.float32(buckets - exact))
+    large = np.minimum(np.where(relative < exact, 0, large).astype(np.int64), buckets - 1)
+    index = offset + np.where(relative < exact, relative, large)
+    table = xp.reshape(bias_table, (n_heads, n_buckets))
+    return xp.reshape(xp.take(table, xp.asarray(index.reshape(-1)), axis=1),
+                      (1, n_heads, length, length))
 
 
 @op("RotaryEmbedding", 1, domain=MS)

@@ -1,6 +1,8 @@
 """com.microsoft normalizations: (Skip)SimplifiedLayerNormalization (RMS norm; genai writes the
-plain one in the default domain too), SkipLayerNormalization, EmbedLayerNormalization, and the
-contrib LayerNormalization that ONNX Runtime runs for opsets before 17.
+plain one in the default domain too), SkipLayerNormalization, EmbedLayerNormalization, the
+contrib LayerNormalization that ONNX Runtime runs for opsets before 17, QEmbedLayerNormalization
+(its 8-bit tables, as ORT's quantizer writes it), and GroupNorm /
+SkipGroupNorm (channels-last, as onnxruntime.transformers' Stable Diffusion optimizer writes them).
 
 Statistics run in f32 for half inputs; the mean / inv_std_var outputs are f32 (ORT's stash type)."""
 
@@ -9,6 +11,7 @@ import numpy as np
 from ..attention import f32
 from ..bounds import Along
 from ..nn import layer_normalization as layer_normalization_17, normalized_axis
+from ..quantize import dequantize
 from ..registry import op
 
 MS = "com.microsoft"
@@ -109,3 +112,89 @@ def embed_layer_normalization(xp, input_ids, segment_ids, word_embedding, positi
     else:
         mask_index = xp.zeros((b,), np.int32)
     return y, mask_index, emb
+
+
+@op("QEmbedLayerNormalization", 1, domain=MS,
+    indices={0: Along(data=2, attr=None), 1: Along(data=4, attr=None)})
+def qembed_layer_normalization(xp, input_ids, segment_ids, word_embedding, position_embedding,
+                               segment_embedding, gamma, beta, mask, word_scale, position_scale,
+                               segment_scale, gamma_scale, beta_scale, word_zero_point,
+                               position_zero_point, segment_zero_point, gamma_zero_point,
+                               beta_zero_point, *, epsilon=1e-12):
+    """EmbedLayerNormalization over the tables dequantized per tensor ((q - zero point) * scale,
+    ORT's CPU kernel); positions are 0..S-1; mask_index counts the mask's ones."""
+    def real(q, scale, zero_point):
+        return None if q is None else dequantize(xp, q, xp.astype(scale, np.float32), zero_point)
+
+    if mask is not None:
+        mask = xp.astype(mask == 1, np.int32)
+    return embed_layer_normalization(
+        xp, input_ids, segment_ids, real(word_embedding, word_scale, word_zero_point),
+        real(position_embedding, position_scale, position_zero_point),
+        real(segment_embedding, segment_scale, segment_zero_point) if segment_ids is not None
+        else None, real(gamma, gamma_scale, gamma_zero_point),
+        real(beta, beta_scale, beta_zero_point), mask, epsilon=epsilon)[:2]
+
+
+def _channels(x, channels_last):
+    if x.ndim != 4:
+        raise ValueError(f"input {list(x.shape)} must have rank 4 (N, H, W, C with "
+                         "channels_last=1, else N, C, H, W)")
+    return x.shape[3] if channels_last else x.shape[1]
+
+
+def _group_norm(xp, x, gamma, beta, *, groups, activation, epsilon, channels_last):
+    """ONNX Runtime's CUDA kernel (contrib_ops/cuda/diffusion/group_norm_impl_kernel.cuh; it has
+    no CPU one): per (batch, group) the f32 sum and sum of squares, var = E[x^2] - mean^2,
+    y = (x - mean) * rsqrt(var + eps) * gamma + beta, then x * sigmoid(x) for activation 1,
+    rounded once to x's type."""
+    c = _channels(x, channels_last)
+    if activation not in (0, 1):
+        raise ValueError(f"activation {activation}: 0 (none) or 1 (SiLU)")
+    if groups <= 0 or c % groups:
+        raise ValueError(f"groups {groups} must divide the {c} channels")
+    for name, v in (("gamma", gamma), ("beta", beta)):
+        if tuple(v.shape) != (c,):
+            raise ValueError(f"{name} of shape {list(v.shape)} must be [{c}], the channels")
+    xf = f32(xp, x)
+    n = x.shape[0]
+    grouped = (xp.reshape(xf, (n, -1, groups, c // groups)) if channels_last
+               else xp.reshape(xf, (n, groups, -1)))
+    axes = (1, 3) if channels_last else (2,)
+    mean = xp.mean(grouped, axis=axes, keepdims=True)
+    var = xp.mean(grouped * grouped, axis=axes, keepdims=True) - mean * mean
+    normed = xp.reshape((grouped - mean) / xp.sqrt(var + np.float32(epsilon)), x.shape)
+    affine = (c,) if channels_last else (c, 1, 1)
+    y = (normed * xp.reshape(xp.astype(gamma, np.float32), affine)
+         + xp.reshape(xp.astype(beta, np.float32), affine))
+    if activation:
+        y = y * (1 / (1 + xp.exp(-y)))
+    return xp.astype(y, xp.dtype_of(x))
+
+
+@op("GroupNorm", 1, domain=MS)
+def group_norm(xp, x, gamma, beta, *, activation, groups, channels_last=1, epsilon=1e-5):
+    return _group_norm(xp, x, gamma, beta, groups=groups, activation=activation,
+                       epsilon=epsilon, channels_last=channels_last)
+
+
+@op("SkipGroupNorm", 1, domain=MS)
+def skip_group_norm(xp, x, gamma, beta, skip, bias=None, *, activation, groups,
+                    channels_last=1, epsilon=1e-5):
+    """S = X + bias + skip in X's type (the half kernel's order), then GroupNorm of S; skip is
+    X's shape, or (N, 1, 1, C) or (N, C), broadcast over the pixels."""
+    n, c = x.shape[0], _channels(x, channels_last)
+    pixel = (n, 1, 1, c) if channels_last else (n, c, 1, 1)
+    if tuple(skip.shape) == (n, c):
+        skip = xp.reshape(skip, pixel)
+    elif tuple(skip.shape) not in (tuple(x.shape), pixel):
+        raise ValueError(f"skip of shape {list(skip.shape)} must be the input's "
+                         f"{list(x.shape)}, {list(pixel)} or [{n}, {c}]")
+    total = x
+    if bias is not None:
+        if tuple(bias.shape) != (c,):
+            raise ValueError(f"bias of shape {list(bias.shape)} must be [{c}], the channels")
+        total = total + (bias if channels_last else xp.reshape(bias, (c, 1, 1)))
+    total = total + skip
+    return _group_norm(xp, total, gamma, beta, groups=groups, activation=activation,
+                       epsilon=epsilon, channels_last=channels_last), total

@@ -1,5 +1,5 @@
 """com.microsoft quantized matmuls and gathers: MatMulNBits, GatherBlockQuantized, MatMulBnb4,
-DynamicQuantizeMatMul, MatMulIntegerToFloat.
+DynamicQuantizeMatMul, MatMulIntegerToFloat, MatMulInteger16.
 
 Packed weights stay packed where they live (MatMulNBits' as uint32 words, see as_words); they
 are unpacked by shifts and masks inside the op, so a compiled graph dequantizes on the fly and
@@ -448,3 +448,11 @@ def matmul_integer_to_float(xp, a, b, a_scale, b_scale, a_zero_point=None, b_zer
                             bias=None):
     return _dequant_int_matmul(xp, a, a_zero_point, b, b_zero_point,
                                f32(xp, a_scale) * f32(xp, b_scale), bias, xp.dtype_of(a_scale))
+
+
+@op("MatMulInteger16", 1, domain=MS)
+def matmul_integer16(xp, a, b):
+    """16-bit integers multiplied and summed in 32 bits (ORT's CPU kernel: int16 operands, int32
+    Y); unsigned operands give uint32. Sums past 32 bits wrap in ORT, not here."""
+    out = np.uint32 if xp.dtype_of(a) == np.uint16 and xp.dtype_of(b) == np.uint16 else np.int32
+    return xp.matmul(xp.astype(a, out), xp.astype(b, out))
