@@ -16,7 +16,8 @@ def _erf_gelu(xp, x):
 
 
 def _tanh_gelu(xp, x):
-    return x * np.float32(0.5) * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + np.float32(0.044715) * x * x * x)))
+    inner = _SQRT_2_OVER_PI * (x + np.float32(0.044715) * x * x * x)
+    return x * np.float32(0.5) * (1 + xp.tanh(inner))
 
 
 def _act(xp, fn, x, bias=None):
