@@ -149,3 +149,68 @@ def test_an_unknown_scheduler_or_prompt_is_refused():
 
 def test_the_task_of_a_diffusers_folder_is_text_to_image():
     assert transmuter.pipeline(model=str(FX), backend="mlx").task == "text-to-image"
+
+
+def test_the_command_line_writes_a_png_per_prompt(tmp_path):
+    from PIL import Image
+
+    from transmuter import cli
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(f"{RECORD['prompt']}\n{RECORD['prompt']}\n")
+    case = CASES["euler-1"]
+    options = {**case["call"], "seed": RECORD["seed"], "height": 32, "width": 32}
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["run", "text-to-image", str(FX), "-i", str(prompts), "-o", str(out),
+                     "--backend", "mlx", "--quiet", "--options", json.dumps(options)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["input"] for line in lines] == [RECORD["prompt"]] * 2
+    want = np.load(FX / "references/text_to_image.npz")["euler-1/onnx/images"][0]
+    for line in lines:
+        png = np.asarray(Image.open(line["output"]["file"]), np.int16)
+        # diffusers' numpy_to_pil rounds x * 255; a value within IMAGES_ATOL of a half level
+        # may round the other way
+        assert np.abs(png - (want * 255).round()).max() <= 1
+
+
+def test_the_example_renders_a_prompt_list(tmp_path, capsys):
+    import importlib.util
+
+    from PIL import Image
+
+    path = fixtures.ROOT.parent.parent / "examples" / "render_prompts.py"
+    spec = importlib.util.spec_from_file_location("render_prompts", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(f"{RECORD['prompt']}\n\nsecond prompt\n")
+    example.main([str(prompts), str(tmp_path / "out"), "--model", str(FX), "--steps", "1",
+                  "--guidance", "0", "--seed", str(RECORD["seed"]), "--size", "32",
+                  "--backend", "mlx"])
+    index = (tmp_path / "out" / "prompts.tsv").read_text().splitlines()
+    assert index == [f"00000.png\t{RECORD['prompt']}", "00001.png\tsecond prompt"]
+    want = np.load(FX / "references/text_to_image.npz")["euler-1/onnx/images"][0]
+    png = np.asarray(Image.open(tmp_path / "out" / "00000.png"), np.int16)
+    assert np.abs(png - (want * 255).round()).max() <= 1  # rounding at a half level, as above
+    assert "2 images" in capsys.readouterr().out
+
+
+def test_clip_from_vocab_and_merges_is_the_tokenizer_json(tmp_path):
+    # SD repos (stabilityai's, the exports made from them) keep CLIP's slow files only: built
+    # from them, the ids equal transformers' tokenizer.json of the same vocabulary
+    from transmuter.pipelines.vision.diffusion.pipeline import _tokenizer
+
+    saved = json.loads((FX / "tokenizer/tokenizer.json").read_text())
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "vocab.json").write_text(json.dumps(saved["model"]["vocab"]))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in saved["model"]["merges"]]
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    (folder / "tokenizer_config.json").write_text((FX / "tokenizer/tokenizer_config.json")
+                                                  .read_text())
+    slow = _tokenizer(transmuter.hub.resolve(str(tmp_path)))
+    fast = _tokenizer(transmuter.hub.resolve(str(FX)))
+    for text in ["a photo of a cat", "Hello,   World!! it's 42 o'clock", "Ünïcode café",
+                 "<|startoftext|>x<|endoftext|>"]:
+        assert slow.encode(text).ids == fast.encode(text).ids, text
+    assert slow.backend.encode("").ids == fast.backend.encode("").ids

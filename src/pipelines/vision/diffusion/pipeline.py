@@ -27,6 +27,7 @@ import numpy as np
 
 from ....errors import PipelineError
 from ....hub.load import load_beside
+from ....preprocess.text.clip import clip_tokenizer
 from ....preprocess.text.tokenizer import Tokenizer, check_text
 from ...base import Pipeline
 from .schedulers import scheduler_for
@@ -196,17 +197,21 @@ def _graph(unet, repo, folder, variant):
 
 
 def _tokenizer(repo):
-    """tokenizer/tokenizer.json with tokenizer/tokenizer_config.json (CLIP's)."""
-    if not repo.has("tokenizer/tokenizer.json"):
-        raise PipelineError(f"{repo.label} has no tokenizer/tokenizer.json (only its fast form "
-                            "is read); save the CLIP tokenizer with transformers' "
-                            "save_pretrained into tokenizer/")
-    from tokenizers import Tokenizer as Backend
-
+    """tokenizer/'s CLIP tokenizer: its tokenizer.json, else its vocab.json and merges.txt (the
+    slow files stabilityai's repos and the exports made from them hold), with
+    tokenizer_config.json and special_tokens_map.json."""
     config = repo.json("tokenizer/tokenizer_config.json", {})
     config.update({k: v for k, v in repo.json("tokenizer/special_tokens_map.json", {}).items()
                    if k not in config})
-    return Tokenizer(Backend.from_file(repo.file("tokenizer/tokenizer.json")), config)
+    if repo.has("tokenizer/tokenizer.json"):
+        from tokenizers import Tokenizer as Backend
+
+        return Tokenizer(Backend.from_file(repo.file("tokenizer/tokenizer.json")), config)
+    if repo.has("tokenizer/vocab.json") and repo.has("tokenizer/merges.txt"):
+        return clip_tokenizer(repo.file("tokenizer/vocab.json"),
+                              repo.file("tokenizer/merges.txt"), config)
+    raise PipelineError(f"{repo.label} has no tokenizer/tokenizer.json, nor CLIP's "
+                        "tokenizer/vocab.json and merges.txt: it is not a Stable Diffusion export")
 
 
 def _dtype(model, name):
