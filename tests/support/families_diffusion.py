@@ -49,6 +49,16 @@ SCHEDULER = {
     "trained_betas": None, "use_karras_sigmas": False,
 }
 
+UNET_INPUTS = ("sample", "timestep", "encoder_hidden_states")
+MODEL_INDEX = {
+    "_class_name": "OnnxStableDiffusionPipeline", "_diffusers_version": "0.42.0",
+    "feature_extractor": [None, None], "requires_safety_checker": False,
+    "safety_checker": [None, None], "scheduler": ["diffusers", "EulerDiscreteScheduler"],
+    "text_encoder": ["diffusers", "OnnxRuntimeModel"],
+    "tokenizer": ["transformers", "CLIPTokenizer"], "unet": ["diffusers", "OnnxRuntimeModel"],
+    "vae_decoder": ["diffusers", "OnnxRuntimeModel"],
+    "vae_encoder": ["diffusers", "OnnxRuntimeModel"]}
+
 
 def _bytes_to_unicode():
     """GPT-2's byte -> printable character table (transformers 5 no longer exports it, which
@@ -65,16 +75,16 @@ def _bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
-def tokenizer():
+def tokenizer(folder=FX):
     """A tiny CLIP vocabulary (families_vision_audio's), saved as SD repos hold it."""
     from transformers import CLIPTokenizer
 
     fva._byte_encoder = _bytes_to_unicode
     vocab, merges = fva.clip_style_vocab(60)
-    tmp = FX / "_tok_src"
+    tmp = folder / "_tok_src"
     vf, mf = fva.write_vocab_merges(tmp, vocab, merges)
     tok = CLIPTokenizer(vf, mf, model_max_length=TEXT_LENGTH, pad_token="<|endoftext|>")
-    tok.save_pretrained(FX / "tokenizer")
+    tok.save_pretrained(folder / "tokenizer")
     shutil.rmtree(tmp)
     return tok
 
@@ -196,15 +206,7 @@ def main():
         fva.save_json(FX / name / "config.json", ec.to_jsonable(config))
     (FX / "scheduler").mkdir()
     fva.save_json(FX / "scheduler/scheduler_config.json", SCHEDULER)
-    fva.save_json(FX / "model_index.json", {
-        "_class_name": "OnnxStableDiffusionPipeline", "_diffusers_version": "0.42.0",
-        "feature_extractor": [None, None], "requires_safety_checker": False,
-        "safety_checker": [None, None], "scheduler": ["diffusers", "EulerDiscreteScheduler"],
-        "text_encoder": ["diffusers", "OnnxRuntimeModel"], "tokenizer": ["transformers",
-                                                                         "CLIPTokenizer"],
-        "unet": ["diffusers", "OnnxRuntimeModel"], "vae_decoder": ["diffusers",
-                                                                   "OnnxRuntimeModel"],
-        "vae_encoder": ["diffusers", "OnnxRuntimeModel"]})
+    fva.save_json(FX / "model_index.json", MODEL_INDEX)
     ec.write_manifest(FX, "stable-diffusion", "StableDiffusionPipeline", "text-to-image", OPSET,
                       graphs, exporter=f"torch.onnx {torch.__version__} (TorchScript), "
                                        "optimum's names")

@@ -28,6 +28,7 @@ GLINER="$(venv gliner "$HERE/requirements-gliner.txt")"
 FAST="$(venv fast "$HERE/requirements-fast.txt")"  # torch + torchvision for the *Fast processors
 AUDIO="$(venv audio "$HERE/requirements-audio.txt")"  # torch 2.9.1 + torchaudio: resample
 RFDETR="$(venv rfdetr "$HERE/requirements-rfdetr.txt")"  # transformers 5.24 + torchvision: RF-DETR
+DIFFUSION="$(venv diffusion "$HERE/requirements-diffusion.txt")"  # diffusers 0.42, transformers 5.25
 
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
@@ -74,6 +75,8 @@ time "$EXPORT" tests/support/families_background_removal.py  # rmbg, rmbg-logits
 # $TRANSFORMERS_JS, outside the repo: see the script's header)
 time env TRANSFORMERS_JS="${TRANSFORMERS_JS:-$VENVS/transformers-js}" node tests/support/record_background_removal.mjs
 time "$EXPORT" tests/support/families_vision_sr.py
+time "$DIFFUSION" tests/support/families_diffusion.py  # stable-diffusion: text_encoder, unet, vae_decoder, vae_encoder (torch.onnx, optimum's names)
+time "$DIFFUSION" tests/support/record_text_to_image.py  # its diffusers pipeline references (onnxruntime and PyTorch; rebuilds the torch models)
 time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
 time "$EXPORT" tests/support/record_finetune.py  # PyTorch gradients of bert-sequence-classification, vit, gpt2
