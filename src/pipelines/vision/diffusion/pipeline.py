@@ -25,7 +25,7 @@ is one of its inputs, not a constant.
 
 import numpy as np
 
-from ....errors import PipelineError
+from ....errors import PipelineError, TransmuterError
 from ....hub.load import load_beside
 from ....preprocess.text.clip import clip_tokenizer
 from ....preprocess.text.tokenizer import Tokenizer, check_text
@@ -190,7 +190,7 @@ def _graph(unet, repo, folder, variant):
     """The repo's ``folder``/model.onnx, loaded as the UNet was (backend, checks, devices)."""
     try:
         path = repo.choose("model", variant, subfolder=folder).path
-    except Exception as e:  # noqa: BLE001 - the variant chooser's error names what the repo has
+    except TransmuterError as e:  # the variant chooser's error names what the repo has
         raise PipelineError(f"{repo.label}: no {folder}/model.onnx for text-to-image ({e})") \
             from e
     return load_beside(unet, repo, path)
