@@ -12,6 +12,9 @@ Image tasks take image paths instead (arguments, lines of a FILE, or every image
 images and large arrays in the results (masks, depth maps) are written as PNG / .npy files into
 a folder beside the output (``out.jsonl`` -> ``out_files/``), and the JSON line names them.
 
+text-to-image reads prompts (arguments, or one a line of a FILE) and writes each image as a PNG
+file there (``--options '{"num_inference_steps": 4, "seed": 0}'`` for the pipeline's options).
+
 Audio results (text-to-speech: ``{"audio", "sampling_rate"}``) are written as WAV files there;
 ``--output hello.wav`` writes the audio of its one input to that file instead of JSON lines.
 

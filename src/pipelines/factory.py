@@ -83,7 +83,9 @@ def _pipeline(task, model, *, tokenizer=None, image_processor=None, feature_extr
         component = reads.onnx_component(repo) if hasattr(reads, "onnx_component") else "model"
         if model_file_name is not None or subfolder != "onnx":
             component = _one_graph(reads, model_file_name or component)
-        model = load(repo.onnx_file(component, variant, subfolder=subfolder), backend=backend,
+        # a diffusers export keeps each graph in its own folder (unet/model.onnx, ...)
+        folder = getattr(reads, "onnx_subfolder", subfolder)
+        model = load(repo.onnx_file(component, variant, subfolder=folder), backend=backend,
                      compute_type=compute_type, checks=checks, compile_cache=compile_cache,
                      devices=devices, trainable=trainable)
     if repo is not None and not isinstance(config, dict):

@@ -38,6 +38,7 @@ TASKS = {
     "image-to-text": ("vision.image_to_text", "ImageToTextPipeline"),
     "image-text-to-text": ("vision.image_text_to_text", "ImageTextToTextPipeline"),
     "image-embedding": ("vision.embedding", "ImageEmbeddingPipeline"),
+    "text-to-image": ("vision.diffusion.pipeline", "TextToImagePipeline"),
     "text-to-audio": ("audio.tts.pipeline", "TextToAudioPipeline"),
     "audio-classification": ("audio.classification", "AudioClassificationPipeline"),
     "zero-shot-audio-classification": ("audio.zero_shot", "ZeroShotAudioClassificationPipeline"),

@@ -125,6 +125,8 @@ def infer_task(repo):
         return ONLY_TASK[kind]
     if tag and _known(tag):
         return registry.normalize(tag)
+    if repo.has("model_index.json") and repo.has("unet/model.onnx"):  # a diffusers export
+        return "text-to-image"
     if repo.has("modules.json"):  # a sentence-transformers model, as its model_type says
         kind = repo.json("config_sentence_transformers.json", {}).get("model_type")
         if kind in (None, "SentenceTransformer", "CrossEncoder"):

@@ -29,6 +29,7 @@ FAST="$(venv fast "$HERE/requirements-fast.txt")"  # torch + torchvision for the
 AUDIO="$(venv audio "$HERE/requirements-audio.txt")"  # torch 2.9.1 + torchaudio: resample
 RFDETR="$(venv rfdetr "$HERE/requirements-rfdetr.txt")"  # transformers 5.24 + torchvision: RF-DETR
 SAM3="$(venv sam3 "$HERE/requirements-sam3.txt")"  # transformers 5.24 + torchvision 0.28 on the CPU torch: SAM 3 tracker
+DIFFUSION="$(venv diffusion "$HERE/requirements-diffusion.txt")"  # diffusers 0.42, transformers 5.25
 
 time "$EXPORT" tests/support/families_text.py
 time "$EXPORT" tests/support/families_vision_audio.py
@@ -76,6 +77,8 @@ time "$EXPORT" tests/support/families_background_removal.py  # rmbg, rmbg-logits
 # $TRANSFORMERS_JS, outside the repo: see the script's header)
 time env TRANSFORMERS_JS="${TRANSFORMERS_JS:-$VENVS/transformers-js}" node tests/support/record_background_removal.mjs
 time "$EXPORT" tests/support/families_vision_sr.py
+time "$DIFFUSION" tests/support/families_diffusion.py  # stable-diffusion: text_encoder, unet, vae_decoder, vae_encoder (torch.onnx, optimum's names)
+time "$DIFFUSION" tests/support/record_text_to_image.py  # its diffusers pipeline references (onnxruntime and PyTorch; rebuilds the torch models)
 time "$EXPORT" tests/support/families_pipelines.py
 time "$EXPORT" tests/support/record_generation.py  # beam references: after the fixtures they rebuild
 time "$EXPORT" tests/support/record_finetune.py  # PyTorch gradients of bert-sequence-classification, vit, gpt2
