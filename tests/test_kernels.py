@@ -220,8 +220,9 @@ def test_concurrent_builds_share_one_library(tmp_path):
 @needs_kernels
 @pytest.mark.slow
 def test_sanitizers(tmp_path):
-    """The kernels built with -fsanitize=address,undefined and run on the cases above: any
-    out-of-bounds read (the short last span of B), overflow or misaligned access aborts."""
+    """The kernels built with -fsanitize=address,undefined and run on the cases above (MatMulNBits'
+    and MatMulInteger's): any out-of-bounds read (the short last span of B, the last column tile),
+    overflow or misaligned access aborts."""
     lib = build.build(extra_c=["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                                "-g", "-O1"], extra_cxx=["-fsanitize=address,undefined"],
                       tag="-asan")
@@ -252,6 +253,23 @@ def test_sanitizers(tmp_path):
                 cols(xq.ctypes.data, asc.ctypes.data, bs.ctypes.data, stride, rows,
                      b.ctypes.data, s.ctypes.data, z.ctypes.data, y.ctypes.data, n, k, block,
                      bits, 0, n)
+            prep = getattr(lib, "tm_int8_prepare" + isa)
+            prep.argtypes = [P, I, P]
+            cols = getattr(lib, "tm_int8_columns" + isa)
+            cols.argtypes = [P, I, I, P, ctypes.c_int, P, P, I, I, I, I]
+            for rows, k, n in {[c[:3] for c in INT8_CASES]!r}:
+                rng = np.random.default_rng(1)
+                a = rng.integers(-255, 256, (rows, k), dtype=np.int32)
+                b = rng.integers(0, 256, (k, n), dtype=np.uint8)  # exactly k * n bytes
+                zb = rng.integers(-128, 128, n, dtype=np.int32)
+                stride = (k + 1) // 2
+                pairs = np.zeros((rows, stride), np.uint32)
+                y = np.zeros((rows, n), np.int32)
+                for r in range(rows):
+                    prep(a[r].ctypes.data, k, pairs[r].ctypes.data)
+                for signed in (0, 1):
+                    cols(pairs.ctypes.data, stride, rows, b.ctypes.data, signed, zb.ctypes.data,
+                         y.ctypes.data, n, k, 0, n)
         print("clean")
     """)
     env = dict(os.environ, LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
@@ -315,3 +333,98 @@ def test_each_instruction_set(suffix, rows, k, n, bits, block, zp):
          bits, 0, n)
     want = ort_nbits(a, b, scales, z, k=k, n=n, bits=bits, block=block, level=4)
     assert rel(y, want) < TOL
+
+
+# MatMulInteger (kernels/matmul_integer.c): exact int32, so every comparison is equality.
+
+INT8_CASES = [  # rows, K, N, A's type, B's type, B's zero point per column
+    (1, 384, 1536, np.uint8, np.int8, False), (1, 7, 5, np.uint8, np.int8, True),
+    (3, 129, 40, np.uint8, np.uint8, True), (4, 1536, 48, np.int8, np.int8, False),
+    (5, 64, 16, np.uint8, np.uint8, False), (32, 200, 33, np.uint8, np.int8, True),
+    (2, 1, 17, np.int8, np.uint8, True), (33, 96, 20, np.uint8, np.int8, False),  # past the rows
+]
+
+
+def int8_case(rows, k, n, a_type, b_type, per_column, seed):
+    rng = np.random.default_rng(seed)
+    ia, ib = np.iinfo(a_type), np.iinfo(b_type)
+    a = rng.integers(ia.min, ia.max, (rows, k), dtype=a_type, endpoint=True)
+    b = rng.integers(ib.min, ib.max, (k, n), dtype=b_type, endpoint=True)
+    a[0], b[:, 0] = ia.max, ib.min  # the largest products, all of one sign
+    za = np.array(ia.min, a_type)
+    zb = (rng.integers(ib.min, ib.max, (n,), dtype=b_type, endpoint=True) if per_column
+          else np.array(ib.max, b_type))
+    return a, b, za, zb
+
+
+def ort_matmul_integer(a, b, za, zb):
+    g = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["A", "B", "za", "zb"], ["Y"])], "g",
+        [helper.make_tensor_value_info("A", helper.np_dtype_to_tensor_dtype(a.dtype),
+                                       list(a.shape))],
+        [helper.make_tensor_value_info("Y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(b, "B"), numpy_helper.from_array(za, "za"),
+         numpy_helper.from_array(zb, "zb")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"A": a})[0]
+
+
+def ours_integer(a, b, za, zb, kernel=True):
+    from transmuter.ops.qlinear import int_matmul, matmul_integer
+    xp = JaxNamespace()
+    if kernel:
+        fn = lambda x: matmul_integer(xp, x, jnp.asarray(b), za, jnp.asarray(zb))  # noqa: E731
+    else:
+        centered = (b.astype(np.int32) - zb.astype(np.int32))
+        fn = lambda x: int_matmul(xp, x.astype(jnp.int32) - za.astype(np.int32),  # noqa: E731
+                                  jnp.asarray(centered))
+    return np.asarray(jax.jit(fn)(a))
+
+
+@pytest.mark.parametrize("rows,k,n,a_type,b_type,per_column", INT8_CASES)
+def test_matmul_integer_kernel(rows, k, n, a_type, b_type, per_column):
+    a, b, za, zb = int8_case(rows, k, n, a_type, b_type, per_column, seed=rows * 100 + k)
+    want = ort_matmul_integer(a, b, za, zb)
+    np.testing.assert_array_equal(ours_integer(a, b, za, zb), want)
+    np.testing.assert_array_equal(ours_integer(a, b, za, zb, kernel=False), want)
+
+
+@needs_kernels
+def test_matmul_integer_kernel_is_used():
+    from transmuter.ops.qlinear import matmul_integer
+    a, b, za, zb = int8_case(2, 64, 20, np.uint8, np.int8, False, seed=12)
+    fn = jax.jit(lambda x: matmul_integer(JaxNamespace(), x, jnp.asarray(b), za, zb))
+    assert "transmuter_matmul_integer" in fn.lower(a).as_text()
+    many = np.zeros((40, 64), np.uint8)  # past INT8_MAX_ROWS: the float32 digits
+    assert "transmuter_matmul_integer" not in fn.lower(many).as_text()
+
+
+@needs_kernels
+@pytest.mark.parametrize("suffix", ["_avx2", "_avxvnni", "_avx512vnni"])
+def test_matmul_integer_each_instruction_set(suffix):
+    """Every compiled copy of the int8 kernel, called directly, against onnxruntime."""
+    import ctypes
+
+    flag = {"_avx2": "avx2", "_avxvnni": "avx_vnni", "_avx512vnni": "avx512_vnni"}[suffix]
+    with open("/proc/cpuinfo") as f:
+        if flag not in f.read().split():
+            pytest.skip(f"this CPU has no {flag}")
+    lib = kernels.library()
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    prep = getattr(lib, "tm_int8_prepare" + suffix)
+    prep.argtypes = [P, I, P]
+    cols = getattr(lib, "tm_int8_columns" + suffix)
+    cols.argtypes = [P, I, I, P, ctypes.c_int, P, P, I, I, I, I]
+    for rows, k, n, a_type, b_type, per_column in INT8_CASES:
+        a, b, za, zb = int8_case(rows, k, n, a_type, b_type, per_column, seed=13)
+        centered = a.astype(np.int32) - np.int32(za)
+        stride = (k + 1) // 2
+        pairs = np.zeros((rows, stride), np.uint32)
+        for r in range(rows):
+            prep(centered[r].ctypes.data, k, pairs[r].ctypes.data)
+        zb32 = np.ascontiguousarray(np.broadcast_to(zb.astype(np.int32), (n,)))
+        y = np.zeros((rows, n), np.int32)
+        cols(pairs.ctypes.data, stride, rows, b.ctypes.data, int(b.dtype == np.int8),
+             zb32.ctypes.data, y.ctypes.data, n, k, 0, n)
+        np.testing.assert_array_equal(y, ort_matmul_integer(a, b, za, zb), err_msg=str(rows))

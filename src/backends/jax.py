@@ -46,6 +46,10 @@ class JaxNamespace(common.Namespace):
         """MatMulNBits through the native kernel (backends/jax_kernels.py), or None."""
         return jax_kernels.matmul_nbits(a, b, scales, zero_points, reference, **sizes)
 
+    def int8_kernel(self, a, b, b_zero_point, reference):
+        """MatMulInteger through the native kernel (backends/jax_kernels.py), or None."""
+        return jax_kernels.matmul_integer(a, b, b_zero_point, reference)
+
     def softmax(self, x, axis=-1):
         return _softmax(x, axis)
 

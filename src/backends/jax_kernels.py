@@ -13,7 +13,8 @@ from jax import lax
 
 from .. import kernels
 
-_TARGETS = {"transmuter_matmul_nbits": "TransmuterMatMulNBits"}
+_TARGETS = {"transmuter_matmul_nbits": "TransmuterMatMulNBits",
+            "transmuter_matmul_integer": "TransmuterMatMulInteger"}
 _registered = set()
 
 # Rows of A up to which MatMulNBits goes to the kernel; past them XLA's path (the weight
@@ -78,3 +79,30 @@ def matmul_nbits(a, b, scales, zero_points, reference, *, k, n, bits, block_size
         return reference(a, b, scales, zp if has_zp else None).astype(jnp.float32)
 
     return _with_reference(kernel, ref, a, b, scales, zp)
+
+
+# Rows of A up to which MatMulInteger goes to the kernel; past them the float32 digits of
+# ops/qlinear.py (one GEMM that converts the weight once per call) win. See docs/kernels.md.
+INT8_MAX_ROWS = 32
+
+
+def matmul_integer(a, b, b_zero_point, reference):
+    """MatMulInteger's (A less its zero point, int32 (..., K)) @ (B - b_zero_point) in int32
+    through the kernel, or None where it does not apply: B not a 2-D int8 / uint8 weight, more
+    rows than INT8_MAX_ROWS, or kernels off. ``reference(a, b)`` is the pure-JAX product of the
+    same operands; integers have no gradients."""
+    target = _target("transmuter_matmul_integer")
+    lead = tuple(a.shape[:-1])
+    rows = int(np.prod(lead, dtype=np.int64))
+    if (target is None or b.ndim != 2 or b.dtype not in (jnp.int8, jnp.uint8)
+            or a.dtype != jnp.int32 or rows > INT8_MAX_ROWS or rows == 0):
+        return None
+    k, n = b.shape
+    zb = jnp.broadcast_to(jnp.zeros((), jnp.int32) if b_zero_point is None
+                          else jnp.reshape(b_zero_point, (-1,)).astype(jnp.int32), (n,))
+
+    def kernel(a, b, zb):
+        out = jax.ShapeDtypeStruct(lead + (n,), jnp.int32)
+        return jax.ffi.ffi_call(target, out)(a, b, zb, n=np.int64(n), k=np.int64(k))
+
+    return lax.platform_dependent(a, b, zb, cpu=kernel, default=reference)

@@ -4,15 +4,17 @@
 
 #include "kernels.h"
 
-#define NBITS_SET(suffix)                                                                      \
-    {#suffix + 1, tm_nbits_prepare_int8##suffix, tm_nbits_prepare_f32##suffix,                \
-     tm_nbits_columns_int8##suffix, tm_nbits_columns_f32##suffix}
+#define KERNEL_SET(suffix)                                                                     \
+    {#suffix + 1,                  tm_nbits_prepare_int8##suffix,                               \
+     tm_nbits_prepare_f32##suffix,  tm_nbits_columns_int8##suffix,                               \
+     tm_nbits_columns_f32##suffix,  tm_int8_prepare##suffix,                                     \
+     tm_int8_columns##suffix}
 
-static const tm_nbits_kernels AVX512VNNI = NBITS_SET(_avx512vnni);
-static const tm_nbits_kernels AVXVNNI = NBITS_SET(_avxvnni);
-static const tm_nbits_kernels AVX2 = NBITS_SET(_avx2);
+static const tm_kernels AVX512VNNI = KERNEL_SET(_avx512vnni);
+static const tm_kernels AVXVNNI = KERNEL_SET(_avxvnni);
+static const tm_kernels AVX2 = KERNEL_SET(_avx2);
 
-const tm_nbits_kernels *tm_nbits_select(void) {
+const tm_kernels *tm_kernels_select(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) {
         return &AVX512VNNI;
@@ -23,6 +25,6 @@ const tm_nbits_kernels *tm_nbits_select(void) {
 }
 
 const char *tm_kernels_isa(void) {
-    const tm_nbits_kernels *k = tm_nbits_select();
+    const tm_kernels *k = tm_kernels_select();
     return k ? k->name : "";
 }

@@ -16,8 +16,8 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-const tm_nbits_kernels *Kernels() {
-  static const tm_nbits_kernels *kernels = tm_nbits_select();
+const tm_kernels *Kernels() {
+  static const tm_kernels *kernels = tm_kernels_select();
   return kernels;
 }
 
@@ -58,7 +58,7 @@ ffi::Error MatMulNBits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBu
                        ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> zero_points,
                        ffi::ResultBuffer<ffi::F32> y, int64_t n, int64_t k, int64_t bits,
                        int64_t block_size, int64_t accuracy_level, bool has_zero_points) {
-  const tm_nbits_kernels *kern = Kernels();
+  const tm_kernels *kern = Kernels();
   if (kern == nullptr) return ffi::Error::Internal("transmuter kernels: this CPU lacks AVX2/FMA");
   int64_t m = k ? a.element_count() / k : 0;
   if (m == 0 || n == 0) return ffi::Error::Success();
@@ -96,7 +96,45 @@ ffi::Error MatMulNBits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBu
   return ffi::Error::Success();
 }
 
+// MatMulInteger's A (int32, less its zero point) @ (B - zb): B int8 or uint8 [k, n] as the file
+// holds it, zb int32 [n]. Columns are split over the pool in whole tiles of 16 (matmul_integer.c).
+ffi::Error MatMulInteger(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> a, ffi::AnyBuffer b,
+                         ffi::Buffer<ffi::S32> zb, ffi::ResultBuffer<ffi::S32> y, int64_t n,
+                         int64_t k) {
+  const tm_kernels *kern = Kernels();
+  if (kern == nullptr) return ffi::Error::Internal("transmuter kernels: this CPU lacks AVX2/FMA");
+  bool b_signed = b.element_type() == ffi::DataType::S8;
+  if (!b_signed && b.element_type() != ffi::DataType::U8) {
+    return ffi::Error::InvalidArgument("MatMulInteger kernel: B must be int8 or uint8");
+  }
+  int64_t m = k ? a.element_count() / k : 0;
+  if (m == 0 || n == 0) return ffi::Error::Success();
+  int64_t stride = (k + 1) / 2;
+  std::vector<uint32_t> pairs(m * stride);
+  for (int64_t r = 0; r < m; r++) {
+    kern->int8_prepare(a.typed_data() + r * k, k, pairs.data() + r * stride);
+  }
+  auto b_data = static_cast<const uint8_t *>(b.untyped_data());
+  int32_t *out = y->typed_data();
+  int64_t grain = std::max<int64_t>(16, kParallelWork / std::max<int64_t>(1, k * m)) / 16 * 16;
+  ParallelFor(pool, n, grain, [&](int64_t n0, int64_t n1) {
+    kern->int8_columns(pairs.data(), stride, m, b_data, b_signed, zb.typed_data(), out, n, k, n0,
+                       n1);
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TransmuterMatMulInteger, MatMulInteger,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Attr<int64_t>("n")
+                                  .Attr<int64_t>("k"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TransmuterMatMulNBits, MatMulNBits,
                               ffi::Ffi::Bind()

@@ -18,9 +18,18 @@
                                       float *y, int64_t n, int64_t k, int64_t block, int bits,  \
                                       int64_t n0, int64_t n1);
 
+#define INT8_DECLARE(suffix)                                                                   \
+    void tm_int8_prepare##suffix(const int32_t *a, int64_t k, uint32_t *pairs);                 \
+    void tm_int8_columns##suffix(const uint32_t *pairs, int64_t stride, int64_t m,              \
+                                 const uint8_t *b, int b_signed, const int32_t *zb, int32_t *y, \
+                                 int64_t n, int64_t k, int64_t n0, int64_t n1);
+
 NBITS_DECLARE(_avx2)
 NBITS_DECLARE(_avxvnni)
 NBITS_DECLARE(_avx512vnni)
+INT8_DECLARE(_avx2)
+INT8_DECLARE(_avxvnni)
+INT8_DECLARE(_avx512vnni)
 
 typedef struct {
     const char *name;
@@ -32,9 +41,12 @@ typedef struct {
     void (*columns_f32)(const float *, int64_t, int64_t, const uint8_t *, const float *,
                         const float *, float *, int64_t, int64_t, int64_t, int, int64_t,
                         int64_t);
-} tm_nbits_kernels;
+    void (*int8_prepare)(const int32_t *, int64_t, uint32_t *);
+    void (*int8_columns)(const uint32_t *, int64_t, int64_t, const uint8_t *, int,
+                         const int32_t *, int32_t *, int64_t, int64_t, int64_t, int64_t);
+} tm_kernels;
 
 /* The best set this CPU runs, or NULL without AVX2 and FMA. */
-const tm_nbits_kernels *tm_nbits_select(void);
+const tm_kernels *tm_kernels_select(void);
 
 #endif

@@ -46,8 +46,13 @@ def _scale(xp, s, ndim, axis):
 @op("MatMulInteger", 10)
 def matmul_integer(xp, a, b, a_zero_point=None, b_zero_point=None):
     # A's zero point is per row (axis -2), B's per column (axis -1).
-    return int_matmul(xp, _centered(xp, a, a_zero_point, max(a.ndim - 2, 0)),
-                      _centered(xp, b, b_zero_point, b.ndim - 1))
+    a = _centered(xp, a, a_zero_point, max(a.ndim - 2, 0))
+    kernel = getattr(xp, "int8_kernel", None)  # few rows of A: a native kernel reads B as stored
+    if kernel is not None:
+        y = kernel(a, b, b_zero_point, lambda a, b, zb: int_matmul(xp, a, xp.astype(b, _I32) - zb))
+        if y is not None:
+            return y
+    return int_matmul(xp, a, _centered(xp, b, b_zero_point, b.ndim - 1))
 
 
 def int_matmul(xp, a, b):
