@@ -103,7 +103,8 @@ class CompiledFunction:
         return inputs
 
     def cache_info(self):
-        """hits and misses (compiles) of the segment cache, as functools.lru_cache reports them."""
+        """hits and misses (compiles) of the segment cache, as functools.lru_cache reports them;
+        a compile ahead is a miss when it starts, and its first call no hit."""
         return CacheInfo(self._hits, self._misses, self.cache_size, len(self._cache))
 
     def cache_clear(self):
@@ -159,6 +160,7 @@ class CompiledFunction:
         self._trim()
         background.WORKER.submit(segment.fn)
         self._ahead["started"] += 1
+        self._misses += 1
         return True
 
     def _lower(self, base, dynamic, seg_params, stop=None):
@@ -375,11 +377,12 @@ class CompiledFunction:
                 del self._cache[key]
                 segment = None
         if segment is not None:
-            self._hits += 1
             self._cache.move_to_end(key)
             if segment.ahead:
                 segment.ahead = False
                 self._ahead["used"] += 1
+            else:
+                self._hits += 1
         else:
             self._misses += 1
             stop = next((i for i in range(start, len(self.model.graph.nodes))

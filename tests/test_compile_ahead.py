@@ -1,0 +1,139 @@
+"""engine/compile_ahead.py: the shapes a call will certainly run next compile in a background
+thread. With it on, the caller's thread compiles fewer times, every shape compiled ahead is later
+used, and the outputs are exactly those with it off; off (the option, the env var) and on MLX it
+does nothing; a compile that fails in the worker leaves the results as they were.
+
+Compiles are counted per thread by JAX's own event (backend_compile_duration, sent from the
+compiling thread). Both runs of a comparison compute the same shapes on the same backend, so
+equal outputs are exact (the same executables of the same modules)."""
+
+import json
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+import transmuter
+from transmuter.engine import compile_ahead
+from transmuter.generation import steppers
+from transmuter.generation.config import GenerationConfig
+
+from .fixtures import ROOT
+
+_THREADS = []  # the thread of each XLA compile of a graph segment since the first count
+
+
+def _compiles_by_thread():
+    if not _THREADS:
+        _THREADS.append(None)
+        jax.monitoring.register_event_duration_secs_listener(_record)
+    return len(_THREADS)
+
+
+def _record(event, secs, fun_name="", **_):
+    # the graph's segments (engine/compiled.py), not the cache helpers or eager ops, whose
+    # process-wide caches the first run of a comparison fills
+    if event == "/jax/core/compile/backend_compile_duration" and "segment" in fun_name:
+        _THREADS.append(threading.current_thread().name)
+
+
+def _caller_compiles(since):
+    return sum(1 for name in _THREADS[since:] if name != "transmuter-compile-ahead")
+
+
+def _whisper(backend="jax", ahead=None):
+    from transmuter.generation.seq2seq import Seq2SeqGenerator
+
+    folder = ROOT / "whisper" / "onnx"
+    config = json.loads((ROOT / "whisper" / "config.json").read_text())
+    options = dict(backend=backend, compile_cache=False, compile_ahead=ahead)
+    encoder = transmuter.load(folder / "encoder_model.onnx", **options)
+    decoder = transmuter.load(folder / "decoder_model_merged.onnx", **options)
+    return Seq2SeqGenerator(encoder, decoder, config)
+
+
+def _whisper_tokens(ahead, backend="jax"):
+    """40 greedy tokens of the whisper fixture on buffers of 16, 24, 32 and 48 rows (the
+    prompt's call, then steps through four buffers); (tokens, the decoder's compiled step,
+    compiles on the caller's thread)."""
+    gen = _whisper(backend, ahead)
+    features = np.random.default_rng(1).standard_normal((1, 16, 100)).astype(np.float32) * 3
+    since = _compiles_by_thread()
+    config = GenerationConfig(max_new_tokens=40, min_new_tokens=40, eos_token_id=[316])
+    tokens = gen.generate([[317, 318, 319, 320]], config, gen.encode({"input_features": features}))
+    return tokens, gen.decoder.fn, _caller_compiles(since)
+
+
+@pytest.fixture
+def small_buffers(monkeypatch):
+    monkeypatch.setattr(steppers, "MIN_CAPACITY", 16)
+
+
+def test_a_generation_across_buffers_compiles_its_steps_ahead(small_buffers):
+    off, fn_off, caller_off = _whisper_tokens(False)
+    on, fn_on, caller_on = _whisper_tokens(True)
+    assert on == off and len(on[0]) == 40
+    assert fn_off.ahead_info().started == 0 and fn_off.cache_info().misses == 4
+    # the first step while the prompt runs, then each buffer's step from half the one before
+    assert fn_on.ahead_info() == (4, 4, 0)  # started, used, failed: nothing compiled unused
+    assert fn_on.cache_info().misses == 4  # a compile ahead is a compile: none twice
+    assert caller_on == caller_off - 4
+
+
+def _llama(ahead):
+    from transmuter.generation.loop import Generator
+
+    model = transmuter.load(ROOT / "llama" / "onnx" / "model.onnx", compile_cache=False,
+                            compile_ahead=ahead)
+    config = json.loads((ROOT / "llama" / "config.json").read_text())
+    return Generator(model, config)
+
+
+def test_a_chunked_prompt_compiles_its_next_chunk_and_step_ahead():
+    # 66 tokens run as chunks of 64 and 2 (buckets.prompt_chunks), then steps of 1 token
+    prompt = [int(i) for i in np.random.default_rng(0).integers(3, 700, 66)]
+    config = GenerationConfig(max_new_tokens=6, min_new_tokens=6, eos_token_id=[2])
+    results = {}
+    for ahead in (False, True):
+        gen = _llama(ahead)
+        since = _compiles_by_thread()
+        results[ahead] = gen.generate([prompt], config), gen.fn, _caller_compiles(since)
+    (off, _, caller_off), (on, fn, caller_on) = results[False], results[True]
+    assert on == off and len(on[0]) == 6
+    assert fn.ahead_info() == (2, 2, 0)  # the 2-token chunk and the step
+    assert caller_on == caller_off - 2
+
+
+def test_the_option_and_the_env_var_turn_it_off(monkeypatch):
+    gen = _llama(False)
+    config = GenerationConfig(max_new_tokens=3, min_new_tokens=3, eos_token_id=[2])
+    gen.generate([[5, 6, 7]], config)
+    assert gen.fn.ahead_info().started == 0
+    monkeypatch.setenv(compile_ahead.ENV, "0")
+    gen = _llama(None)
+    gen.generate([[5, 6, 7]], config)
+    assert gen.fn.ahead_info().started == 0
+    with pytest.raises(transmuter.InputError, match="compile_ahead must be"):
+        transmuter.load(ROOT / "llama" / "onnx" / "model.onnx", compile_ahead="yes")
+
+
+def test_a_failed_compile_in_the_worker_leaves_the_results(small_buffers, monkeypatch):
+    off, _, _ = _whisper_tokens(False)
+
+    def fails(self):
+        raise RuntimeError("no compile today")
+
+    # jit's own calls compile through other paths: only compiles from a lowering fail
+    monkeypatch.setattr(jax.stages.Lowered, "compile", fails)
+    on, fn, _ = _whisper_tokens(True)
+    assert on == off
+    started, used, failed = fn.ahead_info()
+    assert started == 4 and used == 0 and failed == 4
+
+
+def test_mlx_compiles_nothing_ahead(small_buffers):
+    pytest.importorskip("mlx.core")
+    off, _, _ = _whisper_tokens(False, backend="mlx")
+    on, fn, _ = _whisper_tokens(True, backend="mlx")
+    assert on == off and fn.ahead_info().started == 0
