@@ -54,13 +54,13 @@ def _whisper(backend="jax", ahead=None):
 
 
 def _whisper_tokens(ahead, backend="jax"):
-    """40 greedy tokens of the whisper fixture on buffers of 16, 24, 32 and 48 rows (the
-    prompt's call, then steps through four buffers); (tokens, the decoder's compiled step,
-    compiles on the caller's thread)."""
+    """21 greedy tokens of the whisper fixture on buffers of 16 and 24 rows (the prompt's call,
+    then steps through two buffers); (tokens, the decoder's compiled step, compiles on the
+    caller's thread)."""
     gen = _whisper(backend, ahead)
     features = np.random.default_rng(1).standard_normal((1, 16, 100)).astype(np.float32) * 3
     since = _compiles_by_thread()
-    config = GenerationConfig(max_new_tokens=40, min_new_tokens=40, eos_token_id=[316])
+    config = GenerationConfig(max_new_tokens=21, min_new_tokens=21, eos_token_id=[316])
     tokens = gen.generate([[317, 318, 319, 320]], config, gen.encode({"input_features": features}))
     return tokens, gen.decoder.fn, _caller_compiles(since)
 
@@ -73,63 +73,12 @@ def small_buffers(monkeypatch):
 def test_a_generation_across_buffers_compiles_its_steps_ahead(small_buffers):
     off, fn_off, caller_off = _whisper_tokens(False)
     on, fn_on, caller_on = _whisper_tokens(True)
-    assert on == off and len(on[0]) == 40
-    assert fn_off.ahead_info().started == 0 and fn_off.cache_info().misses == 4
-    # the first step while the prompt runs, then each buffer's step from half the one before
-    assert fn_on.ahead_info() == (4, 4, 0)  # started, used, failed: nothing compiled unused
-    assert fn_on.cache_info().misses == 4  # a compile ahead is a compile: none twice
-    assert caller_on == caller_off - 4
-
-
-def _llama(ahead):
-    from transmuter.generation.loop import Generator
-
-    model = transmuter.load(ROOT / "llama" / "onnx" / "model.onnx", compile_cache=False,
-                            compile_ahead=ahead)
-    config = json.loads((ROOT / "llama" / "config.json").read_text())
-    return Generator(model, config)
-
-
-def test_a_chunked_prompt_compiles_its_next_chunk_and_step_ahead():
-    # 66 tokens run as chunks of 64 and 2 (buckets.prompt_chunks), then steps of 1 token
-    prompt = [int(i) for i in np.random.default_rng(0).integers(3, 700, 66)]
-    config = GenerationConfig(max_new_tokens=6, min_new_tokens=6, eos_token_id=[2])
-    results = {}
-    for ahead in (False, True):
-        gen = _llama(ahead)
-        since = _compiles_by_thread()
-        results[ahead] = gen.generate([prompt], config), gen.fn, _caller_compiles(since)
-    (off, _, caller_off), (on, fn, caller_on) = results[False], results[True]
-    assert on == off and len(on[0]) == 6
-    assert fn.ahead_info() == (2, 2, 0)  # the 2-token chunk and the step
+    assert on == off and len(on[0]) == 21
+    assert fn_off.ahead_info().started == 0 and fn_off.cache_info().misses == 2
+    # the first step (16 rows) while the prompt runs, the 24-row one from 8 rows filled
+    assert fn_on.ahead_info() == (2, 2, 0)  # started, used, failed: nothing compiled unused
+    assert fn_on.cache_info().misses == 2  # a compile ahead is a compile: none twice
     assert caller_on == caller_off - 2
-
-
-def test_the_option_and_the_env_var_turn_it_off(monkeypatch):
-    gen = _llama(False)
-    config = GenerationConfig(max_new_tokens=3, min_new_tokens=3, eos_token_id=[2])
-    gen.generate([[5, 6, 7]], config)
-    assert gen.fn.ahead_info().started == 0
-    monkeypatch.setenv(compile_ahead.ENV, "0")
-    gen = _llama(None)
-    gen.generate([[5, 6, 7]], config)
-    assert gen.fn.ahead_info().started == 0
-    with pytest.raises(transmuter.InputError, match="compile_ahead must be"):
-        transmuter.load(ROOT / "llama" / "onnx" / "model.onnx", compile_ahead="yes")
-
-
-def test_a_failed_compile_in_the_worker_leaves_the_results(small_buffers, monkeypatch):
-    off, _, _ = _whisper_tokens(False)
-
-    def fails(self):
-        raise RuntimeError("no compile today")
-
-    # jit's own calls compile through other paths: only compiles from a lowering fail
-    monkeypatch.setattr(jax.stages.Lowered, "compile", fails)
-    on, fn, _ = _whisper_tokens(True)
-    assert on == off
-    started, used, failed = fn.ahead_info()
-    assert started == 4 and used == 0 and failed == 4
 
 
 def test_mlx_compiles_nothing_ahead(small_buffers):
@@ -137,3 +86,66 @@ def test_mlx_compiles_nothing_ahead(small_buffers):
     off, _, _ = _whisper_tokens(False, backend="mlx")
     on, fn, _ = _whisper_tokens(True, backend="mlx")
     assert on == off and fn.ahead_info().started == 0
+
+
+# 66 tokens run as chunks of 64 and 2 (buckets.prompt_chunks), then steps of 1 token
+PROMPT = [int(i) for i in np.random.default_rng(0).integers(3, 700, 66)]
+CONFIG = GenerationConfig(max_new_tokens=4, min_new_tokens=4, eos_token_id=[2])
+
+
+def _llama_tokens(ahead):
+    """(tokens, the compiled decoder, compiles on the caller's thread)."""
+    from transmuter.generation.loop import Generator
+
+    model = transmuter.load(ROOT / "llama" / "onnx" / "model.onnx", compile_cache=False,
+                            compile_ahead=ahead)
+    gen = Generator(model, json.loads((ROOT / "llama" / "config.json").read_text()))
+    since = _compiles_by_thread()
+    return gen.generate([PROMPT], CONFIG), gen.fn, _caller_compiles(since)
+
+
+@pytest.fixture(scope="module")
+def llama_off():
+    return _llama_tokens(False)
+
+
+def test_a_chunked_prompt_compiles_its_next_chunk_and_step_ahead(llama_off):
+    off, _, caller_off = llama_off
+    on, fn, caller_on = _llama_tokens(True)
+    assert on == off and len(on[0]) == 4
+    assert fn.ahead_info() == (2, 2, 0)  # the 2-token chunk and the step
+    assert caller_on == caller_off - 2
+
+
+def test_a_failed_compile_in_the_worker_leaves_the_results(llama_off, monkeypatch):
+    def fails(self):
+        raise RuntimeError("no compile today")
+
+    # jit's own calls compile through other paths: only compiles from a lowering fail
+    monkeypatch.setattr(jax.stages.Lowered, "compile", fails)
+    on, fn, _ = _llama_tokens(True)
+    assert on == llama_off[0]
+    assert fn.ahead_info() == (2, 0, 2)
+
+
+def _bert_feed(length):
+    return {"input_ids": np.ones((2, length), np.int64),
+            "attention_mask": np.ones((2, length), np.int64),
+            "token_type_ids": np.zeros((2, length), np.int64)}
+
+
+def test_the_option_and_the_env_var_turn_it_off(monkeypatch):
+    model = transmuter.load(ROOT / "bert-sentence-transformers" / "onnx" / "model.onnx",
+                            compile_cache=False)
+    feed = {k: v for k, v in _bert_feed(16).items() if k in {i.name for i in model.inputs}}
+    assert transmuter.compile(model, compile_ahead=False).compile_ahead(feed) is False
+    monkeypatch.setenv(compile_ahead.ENV, "0")
+    assert transmuter.compile(model).compile_ahead(feed) is False
+    monkeypatch.setenv(compile_ahead.ENV, "1")
+    fn = transmuter.compile(model)
+    assert fn.compile_ahead(feed) is True
+    assert fn.compile_ahead(feed) is False  # requested already: once
+    assert set(fn(feed)) == {o.name for o in model.outputs}
+    assert fn.ahead_info() == (1, 1, 0)
+    with pytest.raises(transmuter.InputError, match="compile_ahead must be"):
+        transmuter.load(ROOT / "llama" / "onnx" / "model.onnx", compile_ahead="yes")
