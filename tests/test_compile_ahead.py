@@ -149,3 +149,32 @@ def test_the_option_and_the_env_var_turn_it_off(monkeypatch):
     assert fn.ahead_info() == (1, 1, 0)
     with pytest.raises(transmuter.InputError, match="compile_ahead must be"):
         transmuter.load(ROOT / "llama" / "onnx" / "model.onnx", compile_ahead="yes")
+
+
+WORDS = "the quick brown fox jumps over a lazy dog while seven small birds sing".split()
+
+
+def _sentences(n):
+    """``n`` sentences of 1 to 40 words: several length buckets in each read-ahead window."""
+    return [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(1 + (i * 11) % 40))
+            for i in range(n)]
+
+
+def _stream(ahead):
+    from transmuter.pipelines import shared
+
+    pipe = transmuter.pipeline("text-embedding", ROOT / "bert-sentence-transformers",
+                               batch_size=4, compile_ahead=ahead, compile_cache=False)
+    since = _compiles_by_thread()
+    out = list(pipe(iter(_sentences(80))))  # windows of 64 (16 batches), then the rest
+    return np.array(out), shared.of(pipe.model)["compiled"], _caller_compiles(since)
+
+
+def test_a_stream_compiles_its_next_length_buckets_ahead():
+    off, fn_off, caller_off = _stream(False)
+    on, fn, caller_on = _stream(True)
+    np.testing.assert_array_equal(on, off)  # the same executables of the same modules
+    started, used, failed = fn.ahead_info()
+    assert started >= 2 and used == started and failed == 0  # nothing compiled unused
+    assert fn.cache_info().misses == fn_off.cache_info().misses
+    assert caller_on == caller_off - started
