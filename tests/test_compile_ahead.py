@@ -178,3 +178,19 @@ def test_a_stream_compiles_its_next_length_buckets_ahead():
     assert started >= 2 and used == started and failed == 0  # nothing compiled unused
     assert fn.cache_info().misses == fn_off.cache_info().misses
     assert caller_on == caller_off - started
+
+
+def test_a_call_inside_jit_does_not_take_the_executable_compiled_ahead():
+    # jit's Compiled takes concrete arrays only: traced inputs compile the shape as usual
+    model = transmuter.load(ROOT / "bert-sentence-transformers" / "onnx" / "model.onnx",
+                            compile_cache=False, checks=False, compile_ahead=True)
+    feed = {k: v for k, v in _bert_feed(16).items() if k in {i.name for i in model.inputs}}
+    fn = transmuter.compile(model)
+    assert fn.compile_ahead(feed)
+    direct = fn(feed)
+    with jax.enable_x64(True):
+        traced = jax.jit(lambda f: fn(f))(feed)
+    assert fn.ahead_info() == (1, 1, 0)
+    for name in direct:  # XLA fuses the jitted whole differently: float32 sums, ~1e-7
+        np.testing.assert_allclose(np.asarray(traced[name]), np.asarray(direct[name]),
+                                   rtol=1e-5, atol=1e-6)

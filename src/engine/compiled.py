@@ -39,7 +39,10 @@ class Segment:
     stop: int  # index of the break node, or len(nodes)
     static_out: dict  # static values defined by the segment and live at stop
     donated: frozenset = frozenset()  # inputs whose buffers the segment may reuse
-    ahead: bool = False  # compiled ahead (a compile_ahead.Job until taken), not yet called
+    # compiled ahead from a lowering (fn a compile_ahead.Job until taken): it takes concrete
+    # arrays of its shapes only; ``unused`` until its first call
+    ahead: bool = False
+    unused: bool = False
 
 
 CacheInfo = collections.namedtuple("CacheInfo", "hits misses maxsize currsize")
@@ -180,7 +183,7 @@ class CompiledFunction:
             lowered = fn.lower(seg_params, *_split(dynamic, donated))
         except NeedsHost as brk:
             return self._lower(base, dynamic, seg_params, stop=brk.index)
-        return lowered, Segment(None, end, dict(recorded), donated, ahead=True)
+        return lowered, Segment(None, end, dict(recorded), donated, ahead=True, unused=True)
 
     def _take_ahead(self, key, segment):
         """The segment compiled ahead under ``key``, its executable taken from its job (waited
@@ -373,13 +376,13 @@ class CompiledFunction:
                 # the tracers of a call inside the caller's jit): compiled here as usual
                 _LOG.debug("the shape compiled ahead refused this call (%s: %s); compiling it",
                            type(e).__name__, e)
-                self._ahead["failed"] += 1
+                self._ahead["failed"] += segment.unused
                 del self._cache[key]
                 segment = None
         if segment is not None:
             self._cache.move_to_end(key)
-            if segment.ahead:
-                segment.ahead = False
+            if segment.unused:
+                segment.unused = False
                 self._ahead["used"] += 1
             else:
                 self._hits += 1
