@@ -33,9 +33,10 @@ from ..buckets import next_pow2, prompt_chunks
 # Cache buffers are at least this long, so short prompts of any length share one decode shape.
 MIN_CAPACITY = 64
 # A growing cache's next buffer compiles ahead once this much of the current one is filled: from
-# the 64-row buffer, 32 steps before the move to 96 rows (whisper-tiny's step compiles in ~1 s and
-# runs in ~10 ms on 2 cores, so half the buffer hides a third of that compile; earlier would
-# compile for generations that end before the move more often).
+# the 64-row buffer, 32 steps before the move to 96 rows. whisper-tiny's decoder compiles a step
+# shape in ~0.35 s (30-34 s of XLA for 87 shapes, issue #44) and runs a step in ~9 ms
+# (backends/jax.py), so 32 steps hide most of it; starting earlier compiles more often for a
+# generation that ends (end of sequence) before the move, the one case where it goes unused.
 AHEAD_FILL = 0.5
 
 
