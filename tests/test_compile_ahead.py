@@ -54,15 +54,17 @@ def _whisper(backend="jax", ahead=None):
 
 
 def _whisper_tokens(ahead, backend="jax"):
-    """21 greedy tokens of the whisper fixture on buffers of 16 and 24 rows (the prompt's call,
-    then steps through two buffers); (tokens, the decoder's compiled step, compiles on the
-    caller's thread)."""
+    """21 tokens of the whisper fixture by beam search (2 beams, as the Whisper pipeline's
+    default 5) on buffers of 16 and 24 rows (the prompt's call, then steps through two
+    buffers); (sequences, the decoder's compiled step, compiles on the caller's thread)."""
     gen = _whisper(backend, ahead)
     features = np.random.default_rng(1).standard_normal((1, 16, 100)).astype(np.float32) * 3
     since = _compiles_by_thread()
-    config = GenerationConfig(max_new_tokens=21, min_new_tokens=21, eos_token_id=[316])
-    tokens = gen.generate([[317, 318, 319, 320]], config, gen.encode({"input_features": features}))
-    return tokens, gen.decoder.fn, _caller_compiles(since)
+    config = GenerationConfig(max_new_tokens=21, min_new_tokens=21, eos_token_id=[316],
+                              num_beams=2)
+    out = gen.beam_search([[317, 318, 319, 320]], config,
+                          gen.encode({"input_features": features}))
+    return out, gen.decoder.fn, _caller_compiles(since)
 
 
 @pytest.fixture
@@ -73,7 +75,7 @@ def small_buffers(monkeypatch):
 def test_a_generation_across_buffers_compiles_its_steps_ahead(small_buffers):
     off, fn_off, caller_off = _whisper_tokens(False)
     on, fn_on, caller_on = _whisper_tokens(True)
-    assert on == off and len(on[0]) == 21
+    assert on == off and len(on[0][0][0]) == 21
     assert fn_off.ahead_info().started == 0 and fn_off.cache_info().misses == 2
     # the first step (16 rows) while the prompt runs, the 24-row one from 8 rows filled
     assert fn_on.ahead_info() == (2, 2, 0)  # started, used, failed: nothing compiled unused

@@ -160,7 +160,8 @@ class Generator:
         with self.model.backend.scope():
             # each prompt runs once; its beams start from copies of its cache
             stepper = self.stepper(prompts, int(budget.max()), extra)
-            logits = np.repeat(stepper.start(), k, axis=0)
+            logits = np.repeat(stepper.start(next_steps=int(budget.max()) > 1, beams=k), k,
+                               axis=0)
             stepper.repeat(k)
             out = beam.run(stepper, state, [*build_processors(config), *processors], logits)
         self.stats = Stats(beam.steps, stepper.prompt_padding()[::k], beam.lengths)

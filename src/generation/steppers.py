@@ -14,7 +14,7 @@ model config.
 Compiling ahead (engine/compile_ahead.py): a shape a generation will certainly run compiles in
 the background while the current call runs: the prompt's later chunk shapes while its first
 runs, the decode step while the prompt runs (``start(next_steps=True)``: the caller steps next,
-one row per prompt), and a growing cache's next buffer once the current one is AHEAD_FILL full
+``beams=k`` after ``repeat(k)``), and a growing cache's next buffer once the current one is AHEAD_FILL full
 and the budget reaches past it (only an end of sequence before then leaves it unused).
 
 Positions: a prompt token's is its index, unless ``gen.row_positions`` gives a row its own
@@ -134,14 +134,15 @@ class FixedCache(Stepper):
     def prompt_padding(self):
         return self.width - self.n
 
-    def start(self, next_steps=False):
-        """``next_steps``: the caller steps next, one row per prompt (its step compiles ahead)."""
+    def start(self, next_steps=False, beams=1):
+        """``next_steps``: the caller steps next, after ``repeat(beams)`` where ``beams`` > 1
+        (its step compiles ahead while the prompt runs)."""
         rows, width = len(self.prompts), self.width
         for size in dict.fromkeys(self.chunks[1:] if self.chunked else []):
             self._ahead(self.gen.fn, self._shapes(rows, size, self.capacity + size))
         if next_steps:
             mask = self.capacity if self.layout.mode == "inplace" else self.capacity + 1
-            self._ahead(self.gen.fn, self._shapes(rows, 1, mask))
+            self._ahead(self.gen.fn, self._shapes(rows * beams, 1, mask))
         input_ids = np.zeros((rows, width), np.int64)
         real = np.zeros((rows, width), np.int64)
         for b, p in enumerate(self.prompts):
@@ -198,11 +199,12 @@ class FixedCache(Stepper):
         return np.asarray(out[self.layout.logits])[:, -1]
 
     def _shapes(self, rows, width, mask):
-        """A call's input shapes: ``width`` tokens a row, an attention mask ``mask`` wide."""
+        """A call's input shapes: ``rows`` rows of ``width`` tokens, an attention mask ``mask``
+        wide."""
         shapes = {"input_ids": (rows, width), "attention_mask": (rows, mask)}
         if self.layout.has_positions:
             shapes["position_ids"] = self._positions_shape(rows, width)
-        shapes.update({k: v.shape for k, v in self.caches.items()})
+        shapes.update({k: (rows,) + v.shape[1:] for k, v in self.caches.items()})
         return shapes
 
     def reorder(self, rows):
@@ -265,13 +267,14 @@ class GrowingCache(Stepper):
     def prompt_padding(self):
         return np.zeros(len(self.prompts), np.int64)  # grouped by length: never padded
 
-    def start(self, next_steps=False):
-        """``next_steps``: the caller steps next, one row per prompt (its step compiles ahead)."""
+    def start(self, next_steps=False, beams=1):
+        """``next_steps``: the caller steps next, after ``repeat(beams)`` where ``beams`` > 1
+        (its step compiles ahead while the prompt runs)."""
         if next_steps and self.gen.buffered:
             for g, rows in enumerate(self.groups):
                 width = len(self.prompts[rows[0]])
-                if self.limit[g] > width:
-                    self._ahead_step(g, len(_padded(rows, self.unit)),
+                if self.limit[g] > width:  # repeat's rows: ``beams`` x a power of two
+                    self._ahead_step(g, beams * next_pow2(len(rows)),
                                      cache_capacity(width + 1))
         return self._each(lambda g, rows: np.array([self.prompts[i] for i in rows], np.int64),
                           first=True)
