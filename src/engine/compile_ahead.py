@@ -15,7 +15,14 @@ worker has started it is compiled by the caller itself, from the same lowering.
 
 Off: ``compile_ahead=False`` on ``load``, ``compile`` or ``pipeline``, or
 ``TRANSMUTER_COMPILE_AHEAD=0`` (read at each request). MLX compiles at the first call
-(``mx.compile`` has no separate lowering): nothing is compiled ahead there."""
+(``mx.compile`` has no separate lowering): nothing is compiled ahead there.
+
+What it gains is a second core's work: tracing and XLA's CPU compile are single-threaded (a BERT
+fixture shape: 1.0 s of CPU in 1.2-1.6 s of wall time). bench/compile_ahead.py on 2 cores shared
+with other jobs (load 3.3-4.5): the calling thread compiled 15 of 16 shapes (Whisper fixture, 5
+beams), 6 of 8 (llama fixture chat), 2 of 4 (a BERT stream), yet first calls moved within the
+noise (4.79 -> 6.68 s, 4.90 -> 3.20 s, 4.76 -> 4.66 s): with no core free, the two compiles ran
+side by side at half speed. docs/compile-cache.md has the table."""
 
 import atexit
 import contextlib
