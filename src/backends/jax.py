@@ -171,6 +171,7 @@ class JaxBackend:
     name = "jax"
     xp = JaxNamespace()
     takes_host_arrays = True  # a jitted call moves NumPy arguments to the device itself
+    lowers = True  # compile's functions trace (lower) apart from compiling: compile_ahead.py
 
     def scope(self):
         return jax.enable_x64(True)
@@ -228,6 +229,10 @@ class JaxBackend:
 
         call.lower = tuned.lower  # jit's way to read what it compiles (tests read the HLO)
         return call
+
+    def abstract(self, shape, dtype):
+        """A value of ``shape`` and ``dtype`` known only by them, for lowering ahead."""
+        return jax.ShapeDtypeStruct(tuple(shape), dtype)
 
     def block(self, tree):
         return jax.block_until_ready(tree)

@@ -7,8 +7,10 @@ it. Static values a segment computes (shapes, folded constants) depend only on i
 recorded at trace time and replayed on cache hits."""
 
 import collections
+import contextlib
 import dataclasses
 import itertools
+import logging
 import os
 
 import numpy as np
@@ -16,7 +18,7 @@ import numpy as np
 from ..backends import NotConcrete
 from ..backends.compile_cache import check_option
 from ..errors import InputError, StaticInputError
-from . import compile_notice
+from . import compile_ahead as background, compile_notice
 from .inputs import check_value
 from .graph import node_reads, walk
 from .live_bytes import LiveBytes, last_reads
@@ -28,6 +30,7 @@ from .sharding import batch_inputs
 RNG = "__transmuter_rng__"  # the name of the random key in a run's values
 LARGE_WEIGHT = 1 << 22  # elements (an lm_head of a vocabulary past ~8k)
 _CALLS = itertools.count(int.from_bytes(os.urandom(4), "little"))
+_LOG = logging.getLogger("transmuter.compile")
 
 
 @dataclasses.dataclass
@@ -36,25 +39,36 @@ class Segment:
     stop: int  # index of the break node, or len(nodes)
     static_out: dict  # static values defined by the segment and live at stop
     donated: frozenset = frozenset()  # inputs whose buffers the segment may reuse
+    # compiled ahead from a lowering (fn a compile_ahead.Job until taken): it takes concrete
+    # arrays of its shapes only; ``unused`` until its first call
+    ahead: bool = False
+    unused: bool = False
 
 
 CacheInfo = collections.namedtuple("CacheInfo", "hits misses maxsize currsize")
+# Shapes compiled ahead (compile_ahead.py): started, then called by the caller (used), or failed
+AheadInfo = collections.namedtuple("AheadInfo", "started used failed")
 
 
 class CompiledFunction:
     """``fn(inputs) -> {output name: array}``, compiling each new signature on its first call."""
 
     def __init__(self, model, static_inputs=None, cache_size=8, donate=(), checks=None,
-                 compile_cache=None):
+                 compile_cache=None, compile_ahead=None):
         """``donate``: names of inputs whose buffers the caller gives up on each call (a KV cache
         it replaces with the outputs): the compiled code may write its outputs into them.
         ``checks``: refuse out-of-range index inputs before each call (None: the model's own
         ``load(checks=)``). ``compile_cache``: JAX's persistent cache for this function's
-        compiles (None: the model's own ``load(compile_cache=)``; backends/compile_cache.py)."""
+        compiles (None: the model's own ``load(compile_cache=)``; backends/compile_cache.py).
+        ``compile_ahead``: whether ``compile_ahead(inputs)`` compiles in the background (None:
+        the model's own ``load(compile_ahead=)``; engine/compile_ahead.py)."""
         self.model = model
         self.checks = model.checks if checks is None else bool(checks)
         self.compile_cache = (model.compile_cache if compile_cache is None
                               else check_option(compile_cache))
+        self.ahead = (getattr(model, "compile_ahead", None) if compile_ahead is None
+                      else background.check_option(compile_ahead))
+        self._ahead = collections.Counter()  # AheadInfo's counts
         self.donate = frozenset(donate)
         self.static_inputs = {k: np.asarray(v) for k, v in (static_inputs or {}).items()}
         declared = {v.name: v for v in model.inputs}
@@ -92,12 +106,101 @@ class CompiledFunction:
         return inputs
 
     def cache_info(self):
-        """hits and misses (compiles) of the segment cache, as functools.lru_cache reports them."""
+        """hits and misses (compiles) of the segment cache, as functools.lru_cache reports them;
+        a compile ahead is a miss when it starts, and its first call no hit."""
         return CacheInfo(self._hits, self._misses, self.cache_size, len(self._cache))
 
     def cache_clear(self):
         self._cache.clear()
         self._hits = self._misses = 0
+
+    def ahead_info(self):
+        """Shapes compiled ahead (``compile_ahead``): started, used by a call, failed."""
+        return AheadInfo(*(self._ahead[k] for k in AheadInfo._fields))
+
+    def compile_ahead(self, inputs):
+        """Start compiling, off this thread, the first segment of a call on ``inputs`` (name ->
+        anything with ``shape`` and ``dtype``: the arrays, or the shapes, of a call the caller
+        will certainly make); the call that comes finds it compiled (or waits for it). Tracing
+        runs here, now; XLA's compile in compile_ahead's worker. Nothing is done (False) when
+        that signature is compiled or under way, compiling ahead is off (``compile_ahead=``,
+        TRANSMUTER_COMPILE_AHEAD), the backend compiles at the first call (MLX), the model is
+        placed on several devices, or compile_ahead.MAX_AHEAD compiles wait already."""
+        model, backend = self.model, self.model.backend
+        specs = {k: v for k, v in inputs.items() if k not in self.static_inputs}
+        if not background.enabled(self.ahead) or not getattr(backend, "lowers", False) \
+                or model.placement is not None \
+                or not all(hasattr(v, "shape") and np.dtype(v.dtype) != object
+                           for v in specs.values()):
+            return False
+        params = model.full_params(None)
+        seg_params, host_params, rest = self._split_live(0, params)
+        signature = {k: _Spec(v) for k, v in specs.items() if k in rest}
+        if self._random and RNG in rest:
+            signature[RNG] = _Spec(backend.random_key(0))
+        static = {k: v for k, v in self.static_inputs.items() if k in rest}
+        key = (0, _signature(signature), _static_key(static), host_params, _signature({}))
+        if key in self._cache or not background.WORKER.reserve():
+            return False
+        try:
+            with backend.scope():
+                dynamic = {k: backend.abstract(v.shape, v.dtype) for k, v in signature.items()}
+                if RNG in signature:
+                    dynamic[RNG] = backend.random_key(0)
+                base = {k: v for k, v in {**model.constants, **params,
+                                          **self.static_inputs}.items() if is_static(v)}
+                lowered, segment = self._lower(base, dynamic, seg_params)
+        except Exception as e:  # the call itself will compile it, or say what is wrong
+            background.WORKER.release()
+            _LOG.debug("not compiling %s ahead: tracing it failed (%s: %s)",
+                       self._label(specs), type(e).__name__, e)
+            return False
+        option = self.compile_cache
+        segment.fn = background.Job(
+            lowered, lambda: (backend.scope(), backend.persistent_cache(option)),
+            self._label(specs))
+        self._cache[key] = segment
+        self._trim()
+        background.WORKER.submit(segment.fn)
+        self._ahead["started"] += 1
+        self._misses += 1
+        return True
+
+    def _lower(self, base, dynamic, seg_params, stop=None):
+        """(jit's Lowered, its Segment less fn) of the first segment on abstract ``dynamic``
+        values, cut at a break as _build cuts it."""
+        nodes = self.model.graph.nodes
+        end = len(nodes) if stop is None else stop
+        if end == 0:
+            raise ValueError("its first node needs host values (a break): nothing to compile")
+        live_out = self._live_at(end)
+        donated = frozenset(k for k in dynamic if k in self.donate and k not in live_out)
+        recorded = {}
+        fn = self.model.backend.compile(self._segment_fn(0, end, base, live_out, recorded),
+                                        donate_argnums=(2,) if donated else (),
+                                        library_dots=self._library_dots)
+        try:
+            lowered = fn.lower(seg_params, *_split(dynamic, donated))
+        except NeedsHost as brk:
+            return self._lower(base, dynamic, seg_params, stop=brk.index)
+        return lowered, Segment(None, end, dict(recorded), donated, ahead=True, unused=True)
+
+    def _take_ahead(self, key, segment):
+        """The segment compiled ahead under ``key``, its executable taken from its job (waited
+        for, announced if slow); None, and the entry dropped, when that compile failed."""
+        job = segment.fn
+        with contextlib.nullcontext() if job.started and job.result is not None else \
+                compile_notice.compiling(job.label):
+            segment.fn = job.take()
+        if segment.fn is None:
+            self._ahead["failed"] += 1
+            del self._cache[key]
+            return None
+        return segment
+
+    def _trim(self):
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
 
     def __call__(self, inputs=None, params=None, *, rng_seed=None, **kwargs):
         """The graph's outputs for ``inputs``. A graph with random ops draws from a new key each
@@ -260,19 +363,36 @@ class CompiledFunction:
         key = (start, _signature(dynamic), _static_key(static), host_params,
                _signature(host_data))
         segment = self._cache.get(key)
+        if segment is not None and isinstance(segment.fn, background.Job):
+            segment = self._take_ahead(key, segment)
         if segment is not None:
-            self._hits += 1
+            try:
+                outputs = None if segment.fn is None else segment.fn(
+                    seg_params, *_split(dynamic, segment.donated))
+            except Exception as e:
+                if not segment.ahead:
+                    raise
+                # an executable compiled ahead takes concrete arrays of its shapes only (not
+                # the tracers of a call inside the caller's jit): compiled here as usual
+                _LOG.debug("the shape compiled ahead refused this call (%s: %s); compiling it",
+                           type(e).__name__, e)
+                self._ahead["failed"] += segment.unused
+                del self._cache[key]
+                segment = None
+        if segment is not None:
             self._cache.move_to_end(key)
-            outputs = None if segment.fn is None else segment.fn(
-                seg_params, *_split(dynamic, segment.donated))
+            if segment.unused:
+                segment.unused = False
+                self._ahead["used"] += 1
+            else:
+                self._hits += 1
         else:
             self._misses += 1
             stop = next((i for i in range(start, len(self.model.graph.nodes))
                          if data & node_reads(self.model.graph.nodes[i])), None) if data else None
             segment, outputs = self._build(start, env, dynamic, seg_params, stop)
             self._cache[key] = segment
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            self._trim()
         if segment.fn is not None:
             env.update(outputs)
             env.update(segment.static_out)
@@ -289,6 +409,21 @@ class CompiledFunction:
         # a donated input is given up only by the last segment that reads it
         donated = frozenset(k for k in dynamic if k in self.donate and k not in live_out)
         recorded = {}
+        fn = model.backend.compile(self._segment_fn(start, end, base, live_out, recorded),
+                                   donate_argnums=(2,) if donated else (),
+                                   library_dots=self._library_dots)
+        try:
+            with model.backend.persistent_cache(self.compile_cache), \
+                    compile_notice.compiling(self._label(dynamic)):
+                outputs = fn(seg_params, *_split(dynamic, donated))  # traces, compiles and runs
+        except NeedsHost as brk:
+            return self._build(start, env, dynamic, seg_params, stop=brk.index)
+        return Segment(fn, end, dict(recorded), donated), outputs
+
+    def _segment_fn(self, start, end, base, live_out, recorded):
+        """The function of nodes[start:end] that the backend compiles: (params, values, donated
+        values) -> the dynamic values live at ``end``; the static ones go into ``recorded``."""
+        nodes = self.model.graph.nodes
 
         def segment(p, values, given):
             self._runner.rng = values.get(RNG)
@@ -311,16 +446,7 @@ class CompiledFunction:
             recorded.update({k: v for k, v in out.items() if is_static(v) and k not in base})
             return {k: v for k, v in out.items() if not is_static(v) and k not in p}
 
-        fn = model.backend.compile(segment, donate_argnums=(2,) if donated else (),
-                                   library_dots=self._library_dots)
-        try:
-            with model.backend.persistent_cache(self.compile_cache), \
-                    compile_notice.compiling(self._label(dynamic)):
-                outputs = fn(seg_params, *_split(dynamic, donated))  # traces, compiles and runs
-        except NeedsHost as brk:
-            return self._build(start, env, dynamic, seg_params, stop=brk.index)
-        return Segment(fn, end, dict(recorded), donated), outputs
-
+        return segment
 
     def _label(self, dynamic):
         """The shape a compile is announced by: the graph's first input among ``dynamic`` (a
@@ -378,7 +504,7 @@ def _static_key(values):
 
 
 def compile(model, example_inputs=None, *, static_inputs=None, cache_size=8, checks=None,
-            compile_cache=None, donate=()):
+            compile_cache=None, donate=(), compile_ahead=None):
     """A function of the model's inputs, compiled for each new signature on its first call
     (keeping the ``cache_size`` most recently used); with ``example_inputs``, compiled for the
     example's shapes now. The one way in to compiled code: the pipelines, generation and training
@@ -390,12 +516,22 @@ def compile(model, example_inputs=None, *, static_inputs=None, cache_size=8, che
 
     ``compile_cache`` (default: the model's ``load(compile_cache=)``): a folder, or False, for
     JAX's persistent compilation cache (docs/compile-cache.md). ``donate``: names of inputs whose
-    buffers each call gives up (a KV cache replaced by the outputs)."""
+    buffers each call gives up (a KV cache replaced by the outputs). ``compile_ahead`` (default:
+    the model's ``load(compile_ahead=)``): False makes ``fn.compile_ahead(inputs)`` do nothing
+    (engine/compile_ahead.py)."""
     fn = CompiledFunction(model, static_inputs=static_inputs, cache_size=cache_size,
-                          donate=donate, checks=checks, compile_cache=compile_cache)
+                          donate=donate, checks=checks, compile_cache=compile_cache,
+                          compile_ahead=compile_ahead)
     if example_inputs is not None:
         fn(example_inputs)
     return fn
+
+
+class _Spec:
+    """The shape and NumPy dtype of a value to come (what _signature reads)."""
+
+    def __init__(self, value):
+        self.shape, self.dtype = tuple(value.shape), np.dtype(value.dtype)
 
 
 def _seed(value):

@@ -7,6 +7,7 @@ import onnx
 
 from .. import backends, dtypes, ops
 from ..backends.compile_cache import check_option
+from .compile_ahead import check_option as check_ahead
 from ..errors import InputError, ModelLoadError, UnsupportedOperatorError
 from .checks.indices import InputIndices
 from .passes import precision
@@ -59,7 +60,8 @@ class Model:
     """A loaded ONNX model. Call it like the model it was exported from: ``model(**inputs)``."""
 
     def __init__(self, proto: onnx.ModelProto, backend="jax", compute_type=None, trainable=False,
-                 checks=True, compile_cache=None, external=None, origin=None, devices=None):
+                 checks=True, compile_cache=None, external=None, origin=None, devices=None,
+                 compile_ahead=None):
         """``external``: where the source kept external data (read_proto's record); ``origin``:
         (repo or None, the file's path in it or on disk), for save_pretrained."""
         validate(proto)
@@ -91,6 +93,7 @@ class Model:
         self.trainable = select(self.graph, self.weights, trainable)  # names of weights that train
         self.checks = bool(checks)  # the caller's index inputs are checked before each call
         self.compile_cache = check_option(compile_cache)  # read at the first compile
+        self.compile_ahead = check_ahead(compile_ahead)  # None: the env var
         self._input_indices = None  # index_checks.InputIndices, found on first use
         self.constants, self.params = {}, {}
         put = self.backend.put_weight if self.placement is None else self.placement.put_weight

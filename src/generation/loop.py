@@ -100,7 +100,7 @@ class Generator:
     def stepper(self, prompts, budget, extra=None, width=0):
         """The cache of one generation; ``width``: the fixed caches' least prompt width."""
         if self.layout.mode == "grow":
-            return GrowingCache(self, prompts, extra)
+            return GrowingCache(self, prompts, extra, budget)
         return FixedCache(self, prompts, budget, width)
 
     def generate(self, prompts, config, decode=None, on_step=None, extra=None, processors=(),
@@ -160,7 +160,8 @@ class Generator:
         with self.model.backend.scope():
             # each prompt runs once; its beams start from copies of its cache
             stepper = self.stepper(prompts, int(budget.max()), extra)
-            logits = np.repeat(stepper.start(), k, axis=0)
+            logits = np.repeat(stepper.start(next_steps=int(budget.max()) > 1, beams=k), k,
+                               axis=0)
             stepper.repeat(k)
             out = beam.run(stepper, state, [*build_processors(config), *processors], logits)
         self.stats = Stats(beam.steps, stepper.prompt_padding()[::k], beam.lengths)
@@ -173,7 +174,7 @@ class Generator:
         stop = StopStrings(config.stop_strings, decode) if config.stop_strings else None
         state = _state(prompts, n, budget)
         stepper = self.stepper(prompts, int(budget.max()), extra)
-        logits = stepper.start()
+        logits = stepper.start(next_steps=int(budget.max()) > 1)
         done, generated = np.zeros(rows, bool), [[] for _ in prompts]
         pad = _pad_id(config)
         for _ in range(int(budget.max())):

@@ -1,7 +1,7 @@
 """Steppers: one generation's KV caches in one cache mode, and the graph calls that feed them.
 
-    stepper = FixedCache(gen, prompts, budget)   # or GrowingCache(gen, prompts, extra)
-    logits = stepper.start()                      # the prompts: [B, V] logits of each last token
+    stepper = FixedCache(gen, prompts, budget)   # or GrowingCache(gen, prompts, extra, budget)
+    logits = stepper.start(next_steps=True)       # the prompts: [B, V] logits of each last token
     logits = stepper.step(tokens)                 # one token per row
     stepper.reorder(beam_indices)                 # row i takes row beam_indices[i]'s cache
     stepper.repeat(k)                             # after start: each row becomes k rows
@@ -10,6 +10,12 @@ The loop (loop.py, beam.py) only sees these calls (beam search runs each prompt 
 repeats its row for the beams); what differs between modes (buffers, masks, positions, groups)
 stays here. ``gen`` is the Generator: it holds the layout, the compiled functions and the
 model config.
+
+Compiling ahead (engine/compile_ahead.py): a shape a generation will certainly run compiles in
+the background while the current call runs: the prompt's later chunk shapes while its first
+runs, the decode step while the prompt runs (``start(next_steps=True)``: the caller steps next,
+``beams=k`` after ``repeat(k)``), and a growing cache's next buffer once the current one is AHEAD_FILL full
+and the budget reaches past it (only an end of sequence before then leaves it unused).
 
 Positions: a prompt token's is its index, unless ``gen.row_positions`` gives a row its own
 ([3, n]: M-RoPE's temporal / height / width of each token, transformers' ``get_rope_index``);
@@ -26,6 +32,12 @@ from ..buckets import next_pow2, prompt_chunks
 
 # Cache buffers are at least this long, so short prompts of any length share one decode shape.
 MIN_CAPACITY = 64
+# A growing cache's next buffer compiles ahead once this much of the current one is filled: from
+# the 64-row buffer, 32 steps before the move to 96 rows. whisper-tiny's decoder compiles a step
+# shape in ~0.35 s (30-34 s of XLA for 87 shapes, issue #44) and runs a step in ~9 ms
+# (backends/jax.py), so 32 steps hide most of it; starting earlier compiles more often for a
+# generation that ends (end of sequence) before the move, the one case where it goes unused.
+AHEAD_FILL = 0.5
 
 
 def cache_capacity(n):
@@ -52,6 +64,18 @@ class Stepper:
         feed = {k: v.astype(dtypes[k], copy=False) for k, v in feed.items()}
         feed.update(caches)
         return fn(feed)
+
+    def _ahead(self, fn, shapes, dtypes=None):
+        """Compile ``fn``'s call on inputs of ``shapes`` (name -> shape, in the graph's dtypes)
+        in the background: a call this generation will certainly make (compile_ahead.py)."""
+        if self.layout.embeds:  # _call turns the ids into embeddings: its feed is not known here
+            return
+        dtypes = dtypes or self.gen.dtypes
+        fn.compile_ahead({k: np.broadcast_to(np.zeros((), dtypes[k]), shape)  # shapes only
+                          for k, shape in shapes.items()})
+
+    def _positions_shape(self, rows, width):
+        return (rows, width) if self.layout.position_rank == 2 else (3, rows, width)
 
     def _device(self, x):
         # compiled helpers take device arrays (mx.compile refuses NumPy arguments)
@@ -110,8 +134,15 @@ class FixedCache(Stepper):
     def prompt_padding(self):
         return self.width - self.n
 
-    def start(self):
+    def start(self, next_steps=False, beams=1):
+        """``next_steps``: the caller steps next, after ``repeat(beams)`` where ``beams`` > 1
+        (its step compiles ahead while the prompt runs)."""
         rows, width = len(self.prompts), self.width
+        for size in dict.fromkeys(self.chunks[1:] if self.chunked else []):
+            self._ahead(self.gen.fn, self._shapes(rows, size, self.capacity + size))
+        if next_steps:
+            mask = self.capacity if self.layout.mode == "inplace" else self.capacity + 1
+            self._ahead(self.gen.fn, self._shapes(rows * beams, 1, mask))
         input_ids = np.zeros((rows, width), np.int64)
         real = np.zeros((rows, width), np.int64)
         for b, p in enumerate(self.prompts):
@@ -167,6 +198,15 @@ class FixedCache(Stepper):
         self.steps += 1
         return np.asarray(out[self.layout.logits])[:, -1]
 
+    def _shapes(self, rows, width, mask):
+        """A call's input shapes: ``rows`` rows of ``width`` tokens, an attention mask ``mask``
+        wide."""
+        shapes = {"input_ids": (rows, width), "attention_mask": (rows, mask)}
+        if self.layout.has_positions:
+            shapes["position_ids"] = self._positions_shape(rows, width)
+        shapes.update({k: (rows,) + v.shape[1:] for k, v in self.caches.items()})
+        return shapes
+
     def reorder(self, rows):
         self.caches = self._reorder(self.caches, rows)
         self.after = self.after[rows]
@@ -206,7 +246,8 @@ class GrowingCache(Stepper):
     rows are equal, and reordering beams leaves them where they are (whisper-tiny's 5 beams used
     to copy 92 MB of them a step: 30 -> 17 ms a cache step)."""
 
-    def __init__(self, gen, prompts, extra=None):
+    def __init__(self, gen, prompts, extra=None, budget=0):
+        """``budget``: new tokens at most (the steps' buffers compile ahead within it)."""
         super().__init__(gen)
         if getattr(gen, "row_positions", None):
             raise InputError("A decoder whose cache grows takes text positions only (its past "
@@ -219,13 +260,51 @@ class GrowingCache(Stepper):
         self.cross = [{} for _ in self.groups]
         self.past = [0] * len(self.groups)
         self._extras = {}  # (group, name) -> its rows of an extra input, on the device
+        # a group's rows at its last step: its prompt, then every new token but the last
+        self.limit = [len(prompts[rows[0]]) + int(budget) - 1 for rows in self.groups]
+        self._asked = set()  # (group, capacity) compiled ahead
 
     def prompt_padding(self):
         return np.zeros(len(self.prompts), np.int64)  # grouped by length: never padded
 
-    def start(self):
+    def start(self, next_steps=False, beams=1):
+        """``next_steps``: the caller steps next, after ``repeat(beams)`` where ``beams`` > 1
+        (its step compiles ahead while the prompt runs)."""
+        if next_steps and self.gen.buffered:
+            for g, rows in enumerate(self.groups):
+                width = len(self.prompts[rows[0]])
+                if self.limit[g] > width:  # repeat's rows: ``beams`` x a power of two
+                    self._ahead_step(g, beams * next_pow2(len(rows)),
+                                     cache_capacity(width + 1))
         return self._each(lambda g, rows: np.array([self.prompts[i] for i in rows], np.int64),
                           first=True)
+
+    def _ahead_step(self, g, rows, capacity):
+        """Compile group ``g``'s step on buffers of ``capacity`` rows ahead, once."""
+        if (g, capacity) in self._asked:
+            return
+        self._asked.add((g, capacity))
+        dtypes, layout = self.gen.dtypes, self.layout
+        shapes = {"input_ids": (rows, 1)}
+        if "attention_mask" in dtypes:
+            shapes["attention_mask"] = (rows, capacity + 1)
+        if PAST_LENGTH in dtypes:
+            shapes[PAST_LENGTH] = ()
+        if layout.has_positions:
+            shapes["position_ids"] = self._positions_shape(rows, 1)
+        empty = layout.empty(rows, capacity, self.gen.model_config, self._cross_length())
+        shapes.update({k: v.shape for k, v in empty.items()})  # np.zeros: no pages touched
+        shapes.update({k: (rows,) + np.shape(self.extra[k])[1:] for k in self.extra
+                       if k in dtypes})
+        self._ahead(self.gen.fn, shapes)
+
+    def _ahead_next_buffer(self, g, rows):
+        """Group ``g``'s next buffer compiles ahead once the current one is AHEAD_FILL full and
+        the group's steps reach past it."""
+        capacity = self._length(g)
+        if self.gen.buffered and self.past[g] + 1 >= AHEAD_FILL * capacity and \
+                self.limit[g] > capacity:
+            self._ahead_step(g, rows, cache_capacity(capacity + 1))
 
     def step(self, tokens):
         return self._each(lambda g, rows: tokens[rows][:, None].astype(np.int64), first=False)
@@ -295,6 +374,8 @@ class GrowingCache(Stepper):
             self.cross[g] = {info.name: out[name(info, present)]
                              for info, present in layout.cross_pairs}
         self.past[g] += width
+        if not first:
+            self._ahead_next_buffer(g, len(rows))
         return np.asarray(out[layout.logits])[:real, -1]
 
     def _length(self, g):

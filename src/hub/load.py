@@ -11,7 +11,7 @@ from .repo import is_repo_source, resolve
 
 def load(source, file=None, *, backend="jax", compute_type=None, trainable=False, revision=None,
          cache_dir=None, local_files_only=False, token=None, variant=None, checks=True,
-         compile_cache=None, devices=None) -> Model:
+         compile_cache=None, devices=None, compile_ahead=None) -> Model:
     """Load an ONNX model.
 
     ``source`` is a path to an .onnx file, its bytes, an ``onnx.ModelProto``, or a repo: a Hub id
@@ -43,6 +43,10 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
     default) reads TRANSMUTER_COMPILE_CACHE, else ``~/.cache/transmuter/jax``; a folder puts
     them there; False writes none (docs/compile-cache.md).
 
+    ``compile_ahead``: whether the shapes a pipeline or a generation will certainly run next
+    compile in a background thread while the current call runs. None (the default) reads
+    TRANSMUTER_COMPILE_AHEAD (on unless ``0``); False turns it off (docs/compile-cache.md).
+
     ``devices`` (JAX): a list of jax devices (``jax.devices()``) or a ``jax.sharding.Mesh``:
     the weights are replicated on each, and every call splits its inputs' batch axis over them
     (engine/sharding.py, docs/scaling.md); one device, or None, is the usual single-device path.
@@ -61,6 +65,7 @@ def load(source, file=None, *, backend="jax", compute_type=None, trainable=False
         origin = (None, os.fspath(source))
     return Model(read_proto(source, external), backend=backend, compute_type=compute_type,
                  trainable=trainable, checks=checks, compile_cache=compile_cache,
+                 compile_ahead=compile_ahead,
                  external=external, origin=origin, devices=devices)
 
 
@@ -70,4 +75,5 @@ def load_beside(model, repo, file):
     options of its main one."""
     return load(repo, file, backend=model.backend.name, compute_type=model.compute_type,
                 checks=model.checks, compile_cache=model.compile_cache,
+                compile_ahead=model.compile_ahead,
                 devices=None if model.placement is None else model.placement.mesh)

@@ -203,9 +203,15 @@ class Pipeline:
             order.sort(key=lambda i: self.featurizer.size(flat[i][key]), reverse=True)
         outputs = [None] * len(flat)
         groups = self._groups(flat, order, batch_size)
-        progress = CompileProgress(self, self._new_shapes(flat, groups))
+        shapes = self._group_shapes(flat, groups)
+        ahead = self._first_new(shapes)
+        progress = CompileProgress(self, self._new_shapes(shapes))
         with compile_notice.reporting(progress):
-            for rows in groups:
+            for n, rows in enumerate(groups):
+                while ahead and ahead[0] <= n:
+                    ahead.pop(0)
+                if ahead:  # the window's next new shape compiles while this batch runs
+                    self._compile_ahead([flat[i] for i in groups[ahead.pop(0)]])
                 for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
                     outputs[i] = out
         progress.done()
@@ -237,17 +243,49 @@ class Pipeline:
         least = getattr(self, "_rows_least", 1)
         return [order[a:b] for a, b in buckets.row_groups(sizes, batch_size, cost, least)]
 
-    def _new_shapes(self, flat, groups):
-        """How many (rows, length) shapes ``groups`` run that this pipeline has not run (None
-        where the featurizer knows no padded size): what a compile announcement counts to."""
+    def _group_shapes(self, flat, groups):
+        """The (rows, length) shape of each group's call (None where the featurizer knows no
+        padded size)."""
         padded = getattr(self.featurizer, "padded", None)
         if padded is None or not all(self._sortable(c) for c in flat):
             return None
+        return [(self._rows(len(g)), padded(flat[g[0]][self.featurizer.key])) for g in groups]
+
+    def _new_shapes(self, shapes):
+        """How many of ``shapes`` this pipeline has not run (None where they are unknown): what
+        a compile announcement counts to."""
+        if shapes is None:
+            return None
         seen = self.__dict__.setdefault("_shapes_run", set())
-        shapes = {(self._rows(len(g)), padded(flat[g[0]][self.featurizer.key])) for g in groups}
-        new = len(shapes - seen)
-        seen |= shapes
+        new = len(set(shapes) - seen)
+        seen |= set(shapes)
         return new
+
+    def _first_new(self, shapes):
+        """Indices of the groups whose shape this pipeline has not run and no earlier group of
+        the window runs: the window's new shapes, in the order its calls meet them (before
+        _new_shapes records them)."""
+        if shapes is None:
+            return []
+        seen = set(self.__dict__.get("_shapes_run", ()))
+        first = []
+        for n, shape in enumerate(shapes):
+            if shape not in seen:
+                seen.add(shape)
+                first.append(n)
+        return first
+
+    def _compile_ahead(self, chunks):
+        """Compile the call on ``chunks`` in the background (engine/compile_ahead.py), where
+        ``_forward`` runs the model on ``_feed(chunks)``: a stream's next length bucket, known
+        from its read-ahead window, while the current batch runs."""
+        if self.feeds_model() and type(self)._run_model is Pipeline._run_model:
+            self._compiled(self.model).compile_ahead(self._feed(chunks))
+
+    def feeds_model(self):
+        """Whether ``_forward`` runs ``self.model`` on ``self._feed(chunks)`` (its shapes can
+        then compile ahead); a class whose own ``_forward`` does says so."""
+        return type(self)._forward is Pipeline._forward
 
     def _call_cost(self):
         """A graph call's fixed cost in padded tokens of this model (buckets.py)."""
@@ -301,10 +339,13 @@ class Pipeline:
         function is shared per model (shared.py), so pipelines over one model share it and it
         dies with the model."""
         model = self.model if model is None else model
-        # made empty, not with an example, which would run this batch once more
-        fn = shared.per_model(model, "compiled",
-                              lambda: compile(model, cache_size=self.cache_size))
+        fn = self._compiled(model)
         return {k: np.asarray(v) for k, v in fn(feed, rng_seed=rng_seed).items()}
+
+    def _compiled(self, model):
+        # made empty, not with an example, which would run this batch once more
+        return shared.per_model(model, "compiled",
+                                lambda: compile(model, cache_size=self.cache_size))
 
     def output(self, outputs, *names):
         """The first graph output present among ``names``, else the graph's first output."""

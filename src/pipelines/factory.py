@@ -32,7 +32,8 @@ def pipeline(task=None, model=None, **options):
     out-of-range ids at each call (``checks=False`` skips both; a model loaded by hand keeps its
     own ``load(checks=)``); ``trainable`` too (the weights ``transmuter.training`` trains);
     ``compile_cache`` too (a folder, or False: JAX's persistent
-    compilation cache, docs/compile-cache.md); ``devices`` too (JAX: ``jax.devices()`` or a
+    compilation cache, docs/compile-cache.md); ``compile_ahead`` too (False: the next shapes
+    are not compiled in the background); ``devices`` too (JAX: ``jax.devices()`` or a
     ``jax.sharding.Mesh``; each batch of ``batch_size`` rows is split over them, docs/scaling.md;
     a model loaded by hand takes its own ``load(devices=)``). The peers' names are accepted
     aliases (peer_options.py): ``dtype`` for ``variant`` (transformers.js), ``device`` for
@@ -62,6 +63,7 @@ def pipeline(task=None, model=None, **options):
 def _pipeline(task, model, *, tokenizer=None, image_processor=None, feature_extractor=None,
               config=None, backend="jax", compute_type=None, variant=None, revision=None,
               cache_dir=None, local_files_only=False, token=None, checks=True, compile_cache=None,
+              compile_ahead=None,
               devices=None, trainable=False, subfolder="onnx", model_file_name=None, **options):
     cls = registry.get(task)
     where = dict(revision=revision, cache_dir=cache_dir, local_files_only=local_files_only,
@@ -87,6 +89,7 @@ def _pipeline(task, model, *, tokenizer=None, image_processor=None, feature_extr
         folder = getattr(reads, "onnx_subfolder", subfolder)
         model = load(repo.onnx_file(component, variant, subfolder=folder), backend=backend,
                      compute_type=compute_type, checks=checks, compile_cache=compile_cache,
+                     compile_ahead=compile_ahead,
                      devices=devices, trainable=trainable)
     if repo is not None and not isinstance(config, dict):
         config = repo.config()

@@ -25,7 +25,7 @@ _BROWSER_DEVICES = {"webgpu", "wasm", "webnn", "webnn-npu", "webnn-gpu", "webnn-
 # pipeline passes model_kwargs to from_pretrained, i.e. to loading)
 LOADING = ("variant", "dtype", "torch_dtype", "device_map", "backend", "compute_type", "devices",
            "device", "revision", "cache_dir", "local_files_only", "token", "checks",
-           "compile_cache", "trainable", "subfolder", "model_file_name")
+           "compile_cache", "compile_ahead", "trainable", "subfolder", "model_file_name")
 
 
 def translate(options):

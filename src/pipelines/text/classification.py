@@ -70,6 +70,9 @@ class TextClassificationPipeline(TextPipeline):
                                          max_length=self.sequence_lengths[-1])
         yield {"encoding": encoding}
 
+    def feeds_model(self):
+        return not self.scorer
+
     def _forward(self, chunks):
         return scored(self, chunks) if self.scorer else super()._forward(chunks)
 

@@ -217,6 +217,9 @@ class TextEmbeddingPipeline(TextPipeline):
         special = getattr(self.tokenizer, "all_special_ids", ())
         return len(ids) - (1 if ids and ids[-1] in special else 0)
 
+    def feeds_model(self):
+        return True
+
     def _forward(self, chunks, modes=None, head=None, truncate_dim=None, renormalize=False):
         # Pool the whole padded batch at once, on the host: one vectorized NumPy pass.
         feed = self._feed(chunks)

@@ -59,6 +59,9 @@ class TextRankingPipeline(TextPipeline):
             doc = check_text(doc, f"document {i}")
             yield {**pair_chunk(self, query, doc), "corpus_id": i, "text": doc}
 
+    def feeds_model(self):
+        return not self.scorer
+
     def _forward(self, chunks):
         return scored(self, chunks) if self.scorer else super()._forward(chunks)
 
