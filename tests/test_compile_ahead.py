@@ -143,6 +143,11 @@ def test_the_option_and_the_env_var_turn_it_off(monkeypatch):
     assert transmuter.compile(model, compile_ahead=False).compile_ahead(feed) is False
     monkeypatch.setenv(compile_ahead.ENV, "0")
     assert transmuter.compile(model).compile_ahead(feed) is False
+    monkeypatch.delenv(compile_ahead.ENV)  # the default follows the cores
+    monkeypatch.setattr(compile_ahead, "cores", lambda: 2)
+    assert transmuter.compile(model).compile_ahead(feed) is False
+    monkeypatch.setattr(compile_ahead, "cores", lambda: 8)
+    assert compile_ahead.enabled()
     monkeypatch.setenv(compile_ahead.ENV, "1")
     fn = transmuter.compile(model)
     assert fn.compile_ahead(feed) is True

@@ -13,8 +13,10 @@ the caller's thread when it comes). A compile that fails in the worker is droppe
 and the caller compiles that shape as it would have. A request the caller reaches before the
 worker has started it is compiled by the caller itself, from the same lowering.
 
-Off: ``compile_ahead=False`` on ``load``, ``compile`` or ``pipeline``, or
-``TRANSMUTER_COMPILE_AHEAD=0`` (read at each request). MLX compiles at the first call
+On by default where the process has MIN_CORES cores or more (below, it has no core to gain);
+``compile_ahead=True`` / ``TRANSMUTER_COMPILE_AHEAD=1`` turns it on anywhere, and
+``compile_ahead=False`` on ``load``, ``compile`` or ``pipeline`` or ``TRANSMUTER_COMPILE_AHEAD=0``
+(read at each request) turns it off. MLX compiles at the first call
 (``mx.compile`` has no separate lowering): nothing is compiled ahead there.
 
 What it gains is a second core's work: tracing and XLA's CPU compile are single-threaded (a BERT
@@ -45,16 +47,31 @@ def check_option(value):
     """Refuse a ``compile_ahead=`` that is not None or a bool."""
     if value is None or isinstance(value, bool):
         return value
-    raise InputError(f"compile_ahead must be None (TRANSMUTER_COMPILE_AHEAD, else on), True or "
+    raise InputError(f"compile_ahead must be None (TRANSMUTER_COMPILE_AHEAD, else on with 4 cores "
+                     f"or more), True or "
                      f"False, got {value!r}")
+
+
+# Below this many cores the default is off: compiling ahead gains only a free core's work, and on
+# 2 busy cores it made Whisper's first call slower (4.8 -> 6.7 s; see the module's note).
+MIN_CORES = 4
+
+
+def cores():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def enabled(option=None):
     """Whether ``option`` (``compile_ahead=``) asks for compiling ahead; None reads
-    TRANSMUTER_COMPILE_AHEAD (on unless it says off)."""
+    TRANSMUTER_COMPILE_AHEAD, and without it compiles ahead on machines of MIN_CORES cores or
+    more."""
     if option is not None:
         return bool(option)
-    return os.environ.get(ENV, "1").strip().lower() not in OFF
+    setting = os.environ.get(ENV)
+    if setting is None:
+        return (cores() or 1) >= MIN_CORES
+    return setting.strip().lower() not in OFF
 
 
 class Job:
