@@ -14,8 +14,9 @@ model config.
 Compiling ahead (engine/compile_ahead.py): a shape a generation will certainly run compiles in
 the background while the current call runs: the prompt's later chunk shapes while its first
 runs, the decode step while the prompt runs (``start(next_steps=True)``: the caller steps next,
-``beams=k`` after ``repeat(k)``), and a growing cache's next buffer once the current one is AHEAD_FILL full
-and the budget reaches past it (only an end of sequence before then leaves it unused).
+``beams=k`` after ``repeat(k)``), and a growing cache's next buffer once the current one is
+AHEAD_FILL full and the budget reaches past it (only an end of sequence before then leaves it
+unused).
 
 Positions: a prompt token's is its index, unless ``gen.row_positions`` gives a row its own
 ([3, n]: M-RoPE's temporal / height / width of each token, transformers' ``get_rope_index``);
