@@ -53,6 +53,9 @@ FAMILIES = {
     # text-to-audio's own class runs neither: it refuses other model types
     ("text-to-audio", "vits"): ("audio.tts.vits", "VitsTextToAudioPipeline"),
     ("text-to-audio", "speecht5"): ("audio.tts.speecht5", "SpeechT5TextToAudioPipeline"),
+    # Kokoro as onnx-community exports it (transformers.js' StyleTextToSpeech2Model)
+    ("text-to-audio", "style_text_to_speech_2"): ("audio.tts.kokoro",
+                                                  "KokoroTextToAudioPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
