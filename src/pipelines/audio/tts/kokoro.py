@@ -32,6 +32,7 @@ import re
 
 import numpy as np
 
+from ....engine.passes import stft_phase
 from ....errors import InputError, PipelineError
 from ....preprocess import phonemes as g2p
 from ....preprocess.text.tokenizer import Tokenizer
@@ -51,6 +52,15 @@ class KokoroTextToAudioPipeline(TextToAudioPipeline):
     """text-to-audio for a Kokoro export (config.json's model_type style_text_to_speech_2)."""
 
     model_type = "style_text_to_speech_2"
+
+    def __init__(self, model, config=None, *, torch_stft_phase=True, **kwargs):
+        """``torch_stft_phase`` (default True): the vocoder's STFT phases at DC and Nyquist as
+        torch computes them (engine/passes/stft_phase.py); False runs the graph as exported."""
+        if not isinstance(torch_stft_phase, bool):
+            raise PipelineError(f"torch_stft_phase must be True or False, got "
+                                f"{torch_stft_phase!r}")
+        super().__init__(stft_phase.torch_phase(model) if torch_stft_phase else model, config,
+                         **kwargs)
 
     def _speech(self, model, config, repo, *, sampling_rate, **_):
         return KokoroSpeech(model, repo, self._run_model), sampling_rate or SAMPLING_RATE
