@@ -1,14 +1,16 @@
 """text-to-speech on Kokoro: the tiny fixture (tests/fixtures/kokoro, tests/support/record_kokoro.py)
 against the kokoro package's KModel on PyTorch, on JAX and MLX; voices, blends and the style row
 kokoro-js picks; long phonemes split under 510; stream=True; text through a stand-in phonemizer
-(the real one is preprocess/phonemes' own, tested there); clear errors."""
+(the real one is preprocess/phonemes' own, tested there); clear errors; the CLI's WAV files."""
 
 import json
 
 import numpy as np
 import pytest
+import soundfile
 
 import transmuter
+from transmuter import cli
 from transmuter.errors import InputError
 from transmuter.pipelines import PipelineError
 from transmuter.pipelines.audio.tts import kokoro
@@ -180,3 +182,26 @@ def test_errors_name_the_fix(monkeypatch):
     monkeypatch.setattr(g2p, "phonemize", missing)
     with pytest.raises(PipelineError, match=r"phonemizer .*give phonemes directly"):
         p("Hello")
+
+
+def test_cli_writes_wav_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(g2p, "phonemize", lambda text, language="a", normalize=True:
+                        CASES["hello"]["phonemes"])
+    out = tmp_path / "hello.wav"
+    assert cli.main(["run", "text-to-speech", str(FIXTURE), "Hello world!", "--output", str(out),
+                     "--backend", FAST, "--quiet"]) == 0
+    audio, rate = soundfile.read(out, dtype="float32", always_2d=False)
+    assert rate == 24000 and soundfile.info(out).subtype == "FLOAT"
+    assert_audio(audio, "hello", "hello.wav")  # a float WAV holds the samples exactly
+    # phonemes from a .jsonl file, options as JSON: a WAV file per line
+    lines = tmp_path / "phonemes.jsonl"
+    lines.write_text("".join(json.dumps({"phonemes": CASES[n]["phonemes"]}, ensure_ascii=False)
+                             + "\n" for n in ("slow", "slow")), encoding="utf-8")
+    jsonl = tmp_path / "out.jsonl"
+    assert cli.main(["run", "text-to-speech", str(FIXTURE), "--input", str(lines), "--output",
+                     str(jsonl), "--options", '{"voice": "bf_emma", "speed": 0.8}',
+                     "--backend", FAST, "--quiet"]) == 0
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert len(rows) == 2
+    slow, _ = soundfile.read(rows[1]["output"]["file"], dtype="float32", always_2d=False)
+    assert_audio(slow, "slow", "out_files")

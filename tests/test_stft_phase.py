@@ -2,7 +2,6 @@
 an exact zero imaginary part and a negative real part), on both forms Kokoro's exports take."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
