@@ -4,6 +4,7 @@ kokoro-js picks; long phonemes split under 510; stream=True; text through a stan
 (the real one is preprocess/phonemes' own, tested there); clear errors; the CLI's WAV files."""
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -205,3 +206,20 @@ def test_cli_writes_wav_files(tmp_path, monkeypatch):
     assert len(rows) == 2
     slow, _ = soundfile.read(rows[1]["output"]["file"], dtype="float32", always_2d=False)
     assert_audio(slow, "slow", "out_files")
+
+
+def test_read_aloud_example_writes_a_wav_per_paragraph(tmp_path):
+    import importlib.util
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples/read_aloud.py"
+    spec = importlib.util.spec_from_file_location("read_aloud", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    book = tmp_path / "book.txt"
+    book.write_text(f"{CASES['hello']['phonemes']}\n\n\n{CASES['one']['phonemes']}\n",
+                    encoding="utf-8")
+    written = module.main([str(book), "--model", str(FIXTURE), "--phonemes", "--backend", FAST])
+    assert [p.name for p in written] == ["book_001.wav", "book_002.wav"]
+    assert written[0].parent == tmp_path / "book_audio"
+    for wav, name in zip(written, ("hello", "one")):
+        assert_audio(soundfile.read(wav, dtype="float32")[0], name, wav.name)
