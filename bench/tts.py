@@ -57,7 +57,8 @@ def main():
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
     args = parser.parse_args()
     if not complete():
-        raise SystemExit("the real Kokoro int8 file is missing: python tests/support/real_kokoro.py")
+        raise SystemExit("the real Kokoro int8 file is missing: "
+                         "python tests/support/real_kokoro.py")
     import onnxruntime as ort
 
     import transmuter

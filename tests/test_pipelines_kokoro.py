@@ -1,5 +1,5 @@
-"""text-to-speech on Kokoro: the tiny fixture (tests/fixtures/kokoro, tests/support/record_kokoro.py)
-against the kokoro package's KModel on PyTorch, on JAX and MLX; voices, blends and the style row
+"""text-to-speech on Kokoro: the tiny fixture (tests/fixtures/kokoro, made by
+tests/support/record_kokoro.py) against the kokoro package's KModel on PyTorch, on JAX and MLX; voices, blends and the style row
 kokoro-js picks; long phonemes split under 510; stream=True; text through a stand-in phonemizer
 (the real one is preprocess/phonemes' own, tested there); clear errors; the CLI's WAV files."""
 

@@ -15,9 +15,9 @@ Text becomes phonemes through ``preprocess.phonemes.phonemize`` (kokoro-js' phon
 the voice's language (its first letter: "a" American, "b" British English).
 
 Long inputs: the model reads at most 510 phonemes (512 positions less the two "$"). Text is split
-at line breaks first (the kokoro package's split_pattern), then phonemes over 510 are cut as the
-kokoro package's ``KPipeline.waterfall_last`` cuts them: at the last sentence end ('!.?…') whose
-remainder fits, else the last ':;', else the last ',—', else the last word. ``stream=True`` cuts
+at line breaks first (the kokoro package's split_pattern), then phonemes over 510 are cut after
+the kokoro package's ``KPipeline.waterfall_last``: among the words that fit, at the last sentence
+end ('!.?…'), else the last ':;', else the last ',—', else after the last word. ``stream=True`` cuts
 at every sentence end (kokoro-js' stream speaks a sentence at a time) and yields each part's audio
 as soon as it is made. Without it, the parts' audio is joined.
 
@@ -106,7 +106,8 @@ class KokoroTextToAudioPipeline(TextToAudioPipeline):
                 yield {"ids": self.speech.ids(part), "phonemes": part}
 
     def _phonemes(self, inputs, language):
-        """The input's phonemes, a paragraph (a run of lines) at a time."""
+        """The input's phonemes: a text's a line at a time (the kokoro package's split_pattern),
+        phonemes as given."""
         if isinstance(inputs, dict):
             if set(inputs) != {"phonemes"} or not isinstance(inputs["phonemes"], str):
                 raise InputError("Kokoro takes a string of text or {'phonemes': a string}; got "
