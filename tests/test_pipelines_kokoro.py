@@ -1,10 +1,12 @@
 """text-to-speech on Kokoro: the tiny fixture (tests/fixtures/kokoro, made by
-tests/support/record_kokoro.py) against the kokoro package's KModel on PyTorch, on JAX and MLX; voices, blends and the style row
-kokoro-js picks; long phonemes split under 510; stream=True; text through a stand-in phonemizer
-(the real one is preprocess/phonemes' own, tested there); clear errors; the CLI's WAV files."""
+tests/support/record_kokoro.py) against the kokoro package's KModel on PyTorch, on JAX and MLX;
+voices, blends and the style row kokoro-js picks; long phonemes split under 510; stream=True;
+text through a stand-in phonemizer (the real one is preprocess/phonemes' own, tested there);
+clear errors; the CLI's WAV files; examples/read_aloud.py."""
 
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -223,3 +225,23 @@ def test_read_aloud_example_writes_a_wav_per_paragraph(tmp_path):
     assert written[0].parent == tmp_path / "book_audio"
     for wav, name in zip(written, ("hello", "one")):
         assert_audio(soundfile.read(wav, dtype="float32")[0], name, wav.name)
+
+
+def test_a_folder_in_kokoro_onnx_layout(tmp_path):
+    """kokoro-onnx's files: the graph at the root, every voice in one .npz (its voices-v1.0.bin
+    is one), the vocabulary in vocab.json; no config.json, no tokenizer.json."""
+    shutil.copy(FIXTURE / "onnx/model.onnx", tmp_path / "kokoro-tiny.onnx")
+    with open(tmp_path / "voices-tiny.bin", "wb") as f:
+        np.savez(f, **{n: voice_rows(n).reshape(-1, 1, 256) for n in ("af_heart", "am_adam")})
+    vocab = json.loads((FIXTURE / "tokenizer.json").read_text())["model"]["vocab"]
+    (tmp_path / "vocab.json").write_text(json.dumps({"vocab": {k: v for k, v in vocab.items()
+                                                               if k != "$"}}))
+    p = transmuter.pipeline("text-to-speech", tmp_path, backend=FAST)
+    assert isinstance(p, kokoro.KokoroTextToAudioPipeline)
+    assert p.speech.voices == ["af_heart", "am_adam"]
+    text = "həlˈoʊ wˈɜːld!#42"  # characters outside the vocabulary are dropped by both
+    assert p.speech.ids(text) == pipe().speech.ids(text) == CASES["hello"]["ids"]
+    out = p({"phonemes": CASES["hello"]["phonemes"]}, voice="af_heart")
+    assert_audio(out["audio"], "hello", "kokoro-onnx layout")
+    with pytest.raises(PipelineError, match="Unknown voice 'bf_emma'.*af_heart, am_adam"):
+        p({"phonemes": "ə"}, voice="bf_emma")

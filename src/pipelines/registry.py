@@ -77,6 +77,24 @@ def normalize(task):
     return ALIASES.get(task, task)
 
 
+def model_type(task, repo):
+    """config.json's model_type of ``repo``; without one, the family its files show: for
+    text-to-audio, a Kokoro folder in kokoro-onnx's layout (one .onnx file at the root beside a
+    voices .npz, or a .bin that holds one, and a phoneme vocabulary: vocab.json or config.json's
+    "vocab")."""
+    kind = repo.config().get("model_type")
+    if kind is not None or normalize(task) != "text-to-audio":
+        return kind
+    files = repo.files()
+    root = [f for f in files if "/" not in f]
+    voices = any(f.endswith(".npz") or f.startswith("voices") and f.endswith(".bin")
+                 for f in root)
+    vocabulary = "vocab.json" in root or "vocab" in repo.config()
+    if sum(f.endswith(".onnx") for f in root) == 1 and voices and vocabulary:
+        return "style_text_to_speech_2"
+    return None
+
+
 def get(task, model_type=None):
     """The pipeline class of ``task`` (or one of its aliases); with ``model_type`` (config.json's),
     that family's class where FAMILIES has one."""

@@ -35,7 +35,7 @@ import numpy as np
 from ....engine.passes import stft_phase
 from ....errors import InputError, PipelineError
 from ....preprocess import phonemes as g2p
-from ....preprocess.text.tokenizer import Tokenizer
+from ....preprocess.text.tokenizer import Encoding, Tokenizer
 from .pipeline import TextToAudioPipeline
 
 SAMPLING_RATE = 24000
@@ -61,6 +61,15 @@ class KokoroTextToAudioPipeline(TextToAudioPipeline):
                                 f"{torch_stft_phase!r}")
         super().__init__(stft_phase.torch_phase(model) if torch_stft_phase else model, config,
                          **kwargs)
+
+    @classmethod
+    def onnx_component(cls, repo):
+        """onnx-community's ``onnx/model*.onnx``; in kokoro-onnx's layout, the one .onnx file
+        at the root (kokoro-v1.0.onnx, kokoro-v1.0.int8.onnx, ...)."""
+        root = [f for f in repo.onnx_files() if "/" not in f]
+        if len(root) == 1 and not any(f.startswith("onnx/model") for f in repo.onnx_files()):
+            return root[0][:-len(".onnx")]
+        return "model"
 
     def _speech(self, model, config, repo, *, sampling_rate, **_):
         return KokoroSpeech(model, repo, self._run_model), sampling_rate or SAMPLING_RATE
@@ -160,10 +169,19 @@ class KokoroSpeech:
             raise PipelineError(f"A Kokoro graph takes input_ids (or tokens), style and speed; "
                                 f"this one takes {sorted(names)}")
         self.ids_name, self.run, self.repo = ids[0], run, repo
-        self.tokenizer = Tokenizer.from_repo(repo)
+        self.tokenizer = Tokenizer.from_repo(repo) if repo.has("tokenizer.json") else \
+            PhonemeVocabulary.from_repo(repo)
+        self._styles = {}
+        # onnx-community: voices/<name>.bin, float32 rows; kokoro-onnx: one .npz of them all
+        # (its voices-v1.0.bin is an .npz too)
         self.voices = sorted(posixpath.splitext(posixpath.basename(f))[0] for f in repo.files()
                              if posixpath.dirname(f) == "voices" and f.endswith(".bin"))
-        self._styles = {}
+        packed = [f for f in repo.files() if "/" not in f and (
+            f.endswith(".npz") or f.startswith("voices") and f.endswith(".bin"))]
+        if not self.voices and packed:
+            with np.load(repo.file(packed[0])) as pack:
+                self._styles = {k: pack[k].astype(np.float32).reshape(-1, STYLE) for k in pack}
+            self.voices = sorted(self._styles)
 
     def count(self, phonemes):
         """Tokens of ``phonemes`` (characters outside the vocabulary are dropped)."""
@@ -230,6 +248,27 @@ class KokoroSpeech:
                 "speed": np.array([speed], np.float32)}
         out = self.run(feed)
         return next(iter(out.values())).reshape(-1).astype(np.float32, copy=False)
+
+
+class PhonemeVocabulary:
+    """kokoro-onnx's vocabulary (vocab.json's, or config.json's, "vocab": phoneme -> id) read as
+    the kokoro package's KModel.forward reads it: a token per character it has, others dropped,
+    0 ("$") before and after. onnx-community's tokenizer.json encodes the same ids."""
+
+    def __init__(self, vocab):
+        self.vocab = vocab
+
+    @classmethod
+    def from_repo(cls, repo):
+        vocab = repo.json("vocab.json", {}).get("vocab") or repo.config().get("vocab")
+        if not isinstance(vocab, dict) or not vocab:
+            raise PipelineError(f"{repo.label} has no phoneme vocabulary: Kokoro needs "
+                                "tokenizer.json, vocab.json or config.json's 'vocab'")
+        return cls(vocab)
+
+    def encode(self, phonemes, add_special_tokens=True):
+        ids = [self.vocab[c] for c in phonemes if c in self.vocab]
+        return Encoding([0, *ids, 0] if add_special_tokens else ids)
 
 
 def _weight(text, part):
