@@ -67,7 +67,8 @@ def main():
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     session = ort.InferenceSession(str(MODEL), options, providers=["CPUExecutionProvider"])
-    fn = transmuter.compile(stft_phase.torch_phase(transmuter.load(MODEL, backend=args.backend)))
+    fixed, _ = stft_phase.torch_phase(transmuter.load(MODEL, backend=args.backend))
+    fn = transmuter.compile(fixed)
     ours = lambda feed: fn(feed)["audio"]  # noqa: E731
     peer = lambda feed: session.run(None, feed)[0]  # noqa: E731
     print(f"Kokoro-82M v1.0 int8, {args.backend}, best of {args.repeat}")

@@ -28,8 +28,8 @@ _PICKS = frozenset({"Gather", "Slice", "Squeeze", "Unsqueeze", "Transpose", "Res
 
 
 def torch_phase(model):
-    """``model`` with its STFT phases as torch's: a rewrite over the same weights, or ``model``
-    itself when its graph has no such phase. ``.rewrites`` counts the places changed."""
+    """(``model`` with its STFT phases as torch's, how many places changed): a rewrite over the
+    same weights, or ``model`` itself and 0 when its graph has no such phase."""
     graph, constants = model.graph, dict(model.constants)
     weights = {**model.params, **constants}
     producers = {out: node for node in graph.nodes for out in node.outputs}
@@ -44,12 +44,11 @@ def torch_phase(model):
         if conv is not None:
             changed[id(node)] = conv
     if not changed:
-        model.rewrites = 0
-        return model
+        return model, 0
     other = model.with_graph(dataclasses.replace(
         graph, nodes=[changed.get(id(n), n) for n in graph.nodes]))
-    other.constants, other.rewrites = constants, len(changed)
-    return other
+    other.constants = constants
+    return other, len(changed)
 
 
 def _atan2_test(node, producers, weights):

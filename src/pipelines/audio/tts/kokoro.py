@@ -59,8 +59,8 @@ class KokoroTextToAudioPipeline(TextToAudioPipeline):
         if not isinstance(torch_stft_phase, bool):
             raise PipelineError(f"torch_stft_phase must be True or False, got "
                                 f"{torch_stft_phase!r}")
-        super().__init__(stft_phase.torch_phase(model) if torch_stft_phase else model, config,
-                         **kwargs)
+        super().__init__(stft_phase.torch_phase(model)[0] if torch_stft_phase else model,
+                         config, **kwargs)
 
     @classmethod
     def onnx_component(cls, repo):
