@@ -7,21 +7,29 @@ with its references from the ``kokoro`` package on PyTorch and from onnxruntime.
 (the export environment of requirements-export.txt; ``pip install --no-deps --target DIR
 kokoro==0.9.4 loguru attrs``: the model code needs no misaki or espeak).
 
-The model is ``kokoro.KModel`` with a small config. Its decoder's widths are constants in the
-package (1024 / 512 / 64 channels, 25 M weights), so they are scaled down here (``TinyDecoder``:
-the same blocks and forward, 32 / 16 / 8 channels); the style stays [1, 256] (the model splits it
-at 128). It is exported as hexgrad's examples/export.py exports Kokoro (``disable_complex=True``:
-the STFT as convolutions with its atan2 correction, torch.onnx, opset 17, dynamic input_ids
-length) under kokoro-js' names: input_ids [1, T] int64, style [1, 256] float32, speed [1] float32
--> waveform [samples]. The harmonic source's random initial phases and noise are zero, as in the
-Kokoro exports on the Hub (their graphs draw no random numbers), so the audio is deterministic.
+The model is ``kokoro.KModel`` with a small config and the real v1.0 phoneme vocabulary
+(vocab.json of the PyPI parts: run tests/support/real_kokoro.py first). Its decoder's widths are
+constants in the package (1024 / 512 / 64 channels, 25 M weights), so they are scaled down here
+(``TinyDecoder``: the same blocks and forward, 16 / 8 / 4 channels); the style stays [1, 256]
+(the model splits it at 128). It is exported as hexgrad's examples/export.py exports Kokoro
+(``disable_complex=True``: the STFT as convolutions with its atan2 correction, torch.onnx, opset
+17, dynamic input_ids length) under kokoro-js' names: input_ids [1, T] int64, style [1, 256]
+float32, speed [1] float32 -> waveform [samples]. The harmonic source's random initial phases
+and noise are zero, as in the kokoro-onnx file (its graph draws no random numbers), so the audio
+is deterministic. ``build`` sets a few weights so that random ones speak like a model (see
+there): durations, the vocoder's magnitudes, the pitch, and a source path whose float32
+ill-conditioning would otherwise swamp the comparison.
+
+References: torch with CustomSTFT's Nyquist DFT row exact (``exact_dft``: what the STFT phase fix
+of engine/passes/stft_phase.py makes of the graph), checked against onnxruntime on a copy of the
+export with that row exact too; the style row as kokoro-js picks it (the phoneme count), clamped
+to the fixture's voice rows.
 
 Writes tests/fixtures/kokoro/:
   config.json (model_type style_text_to_speech_2, as the onnx-community repo), tokenizer.json
   (the phoneme vocabulary: one token per character, "$" around the sequence), onnx/model.onnx,
-  voices/{af_heart,am_adam,bf_emma}.bin
-  (float32 [ROWS, 1, 256]), references/kokoro.json + .npz: per case the ids, the style row, the
-  speed and the torch audio (KModel.forward_with_tokens), checked against onnxruntime first.
+  voices/{af_heart,am_adam,bf_emma}.bin (float32 [ROWS, 1, 256]), references/kokoro.json + .npz:
+  per case the ids, the style row, the speed and the torch audio (KModel.forward_with_tokens).
 """
 
 from __future__ import annotations
@@ -181,8 +189,8 @@ def exact_dft(model):
     makes it in the graph. The package computes it as float64 sin() rounded to float32, ~1e-17,
     so the Nyquist bin's imaginary parts are rounding noise whose sign follows the summation
     order: atan2 then gives +pi or -pi frame by frame (torch and onnxruntime at random), and the
-    vocoder's convolutions read that as a 4.8 kHz tone (the hop rate) and a difference of 0.13
-    of the peak between torch and onnxruntime on this model (measured on "hello")."""
+    vocoder's convolutions read that as a 4.8 kHz tone (the hop rate). (Here the source path is
+    scaled down, see build, so the flips stay below the references' tolerance either way.)"""
     stft = model.decoder.generator.stft
     with torch.no_grad():
         stft.weight_forward_imag[[0, stft.n_fft // 2]] = 0.0

@@ -237,7 +237,7 @@ class KokoroSpeech:
 
     def _available(self):
         return (f"this model's voices: {', '.join(self.voices)}" if self.voices else
-                "this model has no voices/*.bin: give a style array")
+                "this model has no voices (voices/*.bin, or a voices .npz): give a style array")
 
     def speak_ids(self, ids, styles, speed):
         """The waveform of ``ids`` ("$" included) in the style row kokoro-js picks: the
@@ -246,8 +246,10 @@ class KokoroSpeech:
         feed = {self.ids_name: np.array([ids], np.int64),
                 "style": styles[row][None].astype(np.float32, copy=False),
                 "speed": np.array([speed], np.float32)}
-        out = self.run(feed)
-        return next(iter(out.values())).reshape(-1).astype(np.float32, copy=False)
+        out = self.run(feed)  # onnx-community's output is waveform, kokoro-onnx's audio
+        audio = out["waveform"] if "waveform" in out else out.get("audio", next(iter(
+            out.values())))
+        return audio.reshape(-1).astype(np.float32, copy=False)
 
 
 class PhonemeVocabulary:
