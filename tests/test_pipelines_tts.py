@@ -269,7 +269,7 @@ def test_phonemizing_model_is_refused(tmp_path):
 
 
 def test_a_model_that_does_not_speak():
-    with pytest.raises(PipelineError, match="VITS / MMS-TTS and SpeechT5"):
+    with pytest.raises(PipelineError, match="VITS / MMS-TTS, SpeechT5 and Kokoro"):
         transmuter.pipeline("text-to-speech", ROOT / "bert-sequence-classification",
                             backend=FAST)
 

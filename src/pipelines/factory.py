@@ -81,7 +81,7 @@ def _pipeline(task, model, *, tokenizer=None, image_processor=None, feature_extr
         repo.prefetch_settings()  # in one download, before the featurizers read them one by one
         # a task may read another graph than onnx/model*.onnx (decoder_model_merged, ...), a
         # family its own (the repo's config.json says which)
-        reads = registry.get(task, repo.config().get("model_type"))
+        reads = registry.get(task, registry.model_type(task, repo))
         component = reads.onnx_component(repo) if hasattr(reads, "onnx_component") else "model"
         if model_file_name is not None or subfolder != "onnx":
             component = _one_graph(reads, model_file_name or component)
@@ -93,6 +93,9 @@ def _pipeline(task, model, *, tokenizer=None, image_processor=None, feature_extr
                      devices=devices, trainable=trainable)
     if repo is not None and not isinstance(config, dict):
         config = repo.config()
+        kind = registry.model_type(task, repo)  # a folder without one may show its family
+        if kind != config.get("model_type"):
+            config = {**config, "model_type": kind}
     if config is None:
         raise PipelineError("A model given as a transmuter.Model needs config= (config.json as a "
                             "dict, or the repo/folder it came from)")

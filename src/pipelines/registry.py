@@ -54,6 +54,9 @@ FAMILIES = {
     # text-to-audio's own class runs neither: it refuses other model types
     ("text-to-audio", "vits"): ("audio.tts.vits", "VitsTextToAudioPipeline"),
     ("text-to-audio", "speecht5"): ("audio.tts.speecht5", "SpeechT5TextToAudioPipeline"),
+    # Kokoro as onnx-community exports it (transformers.js' StyleTextToSpeech2Model)
+    ("text-to-audio", "style_text_to_speech_2"): ("audio.tts.kokoro",
+                                                  "KokoroTextToAudioPipeline"),
 }
 # transformers' pipelines/__init__.py TASK_ALIASES, plus ours.
 ALIASES = {
@@ -73,6 +76,24 @@ def normalize(task):
     if not isinstance(task, str):
         raise PipelineError(f"task must be a string like 'text-classification', got {task!r}")
     return ALIASES.get(task, task)
+
+
+def model_type(task, repo):
+    """config.json's model_type of ``repo``; without one, the family its files show: for
+    text-to-audio, a Kokoro folder in kokoro-onnx's layout (one .onnx file at the root beside a
+    voices .npz, or a .bin that holds one, and a phoneme vocabulary: vocab.json or config.json's
+    "vocab")."""
+    kind = repo.config().get("model_type")
+    if kind is not None or normalize(task) != "text-to-audio":
+        return kind
+    files = repo.files()
+    root = [f for f in files if "/" not in f]
+    voices = any(f.endswith(".npz") or f.startswith("voices") and f.endswith(".bin")
+                 for f in root)
+    vocabulary = "vocab.json" in root or "vocab" in repo.config()
+    if sum(f.endswith(".onnx") for f in root) == 1 and voices and vocabulary:
+        return "style_text_to_speech_2"
+    return None
 
 
 def get(task, model_type=None):

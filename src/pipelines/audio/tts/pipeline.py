@@ -44,8 +44,8 @@ class TextToAudioPipeline(Pipeline):
                  encoder_variant=None, **kwargs):
         kind = dict(config or {}).get("model_type")
         if self.model_type is None or kind != self.model_type:
-            raise PipelineError(f"text-to-audio runs VITS / MMS-TTS and SpeechT5 models; this "
-                                f"one's model_type is {kind!r}")
+            raise PipelineError(f"text-to-audio runs VITS / MMS-TTS, SpeechT5 and Kokoro "
+                                f"models; this one's model_type is {kind!r}")
         if repo is None:
             raise PipelineError("A text-to-audio model loaded by hand needs config= the repo or "
                                 "folder it came from (for its tokenizer and other graphs)")
