@@ -7,6 +7,7 @@ Tolerances: the kernel and onnxruntime compute the same integers (level 4: int8 
 of the f32 sums over K <= 1000 terms and of the per-block scaling: ~1e-6 of the output's scale
 (measured 1.4e-7..3.4e-7), asserted at 1e-5."""
 
+import ctypes
 import logging
 import os
 import subprocess
@@ -32,6 +33,7 @@ from transmuter.ops.contrib.quantized_matmul import (as_float_zero_points, as_wo
 needs_kernels = pytest.mark.skipif(kernels.library() is None,
                                    reason=f"native kernels off here: {kernels.why_off()}")
 TOL = 1e-5
+P, I = ctypes.c_void_p, ctypes.c_int64  # the kernels' pointer and int64 arguments
 
 
 def nbits_case(rows, k, n, bits, block, zp, seed):
@@ -299,20 +301,23 @@ def test_compiled_model_matches_level_4(tmp_path):
     assert rel(got, want) < TOL
 
 
+def isa_copy(suffix):
+    """The built library, to call its ``suffix`` copy (``_avx2``, ...) directly; the test is
+    skipped where the CPU cannot run that copy."""
+    flag = {"_avx2": "avx2", "_avxvnni": "avx_vnni", "_avx512vnni": "avx512_vnni"}[suffix]
+    with open("/proc/cpuinfo") as f:
+        if flag not in f.read().split():
+            pytest.skip(f"this CPU has no {flag}")
+    return kernels.library()
+
+
 @needs_kernels
 @pytest.mark.parametrize("suffix", ["_avx2", "_avxvnni", "_avx512vnni"])
 @pytest.mark.parametrize("rows,k,n,bits,block,zp", [CASES[0], CASES[2], CASES[4], CASES[8]])
 def test_each_instruction_set(suffix, rows, k, n, bits, block, zp):
     """Every compiled copy, not only the one this CPU picks, against onnxruntime at level 4
     (skipped for a copy the CPU cannot run)."""
-    import ctypes
-
-    flag = {"_avx2": "avx2", "_avxvnni": "avx_vnni", "_avx512vnni": "avx512_vnni"}[suffix]
-    with open("/proc/cpuinfo") as f:
-        if flag not in f.read().split():
-            pytest.skip(f"this CPU has no {flag}")
-    lib = kernels.library()
-    P, I = ctypes.c_void_p, ctypes.c_int64
+    lib = isa_copy(suffix)
     prep = getattr(lib, "tm_nbits_prepare_int8" + suffix)
     prep.argtypes = [P, I, I, ctypes.c_int, P, P, P]
     cols = getattr(lib, "tm_nbits_columns_int8" + suffix)
@@ -404,14 +409,7 @@ def test_matmul_integer_kernel_is_used():
 @pytest.mark.parametrize("suffix", ["_avx2", "_avxvnni", "_avx512vnni"])
 def test_matmul_integer_each_instruction_set(suffix):
     """Every compiled copy of the int8 kernel, called directly, against onnxruntime."""
-    import ctypes
-
-    flag = {"_avx2": "avx2", "_avxvnni": "avx_vnni", "_avx512vnni": "avx512_vnni"}[suffix]
-    with open("/proc/cpuinfo") as f:
-        if flag not in f.read().split():
-            pytest.skip(f"this CPU has no {flag}")
-    lib = kernels.library()
-    P, I = ctypes.c_void_p, ctypes.c_int64
+    lib = isa_copy(suffix)
     prep = getattr(lib, "tm_int8_prepare" + suffix)
     prep.argtypes = [P, I, P]
     cols = getattr(lib, "tm_int8_columns" + suffix)
