@@ -128,12 +128,14 @@ def test_references_discriminate():
         assert len({unpack(k).tobytes() for k in out["masks"]}) == len(out["masks"])
 
 
-def test_sam2_references_discriminate():
-    """sam2's prompts give distinct masks, boxes among them. Its automatic calls keep one mask
-    after NMS at 0.7 (this tiny random SAM 2's masks follow the photo more than the point), so
-    the call without NMS carries the check: it keeps 42-48 masks whose scores differ point by
-    point, which a wrongly scaled grid would change."""
-    recorded = RECORDED["sam2"]
+@pytest.mark.parametrize("family,least", [("sam2", 40), ("sam3-tracker", 30)])
+def test_sam2_family_references_discriminate(family, least):
+    """The family's prompts give distinct masks (between prompts and between the three outputs),
+    boxes alone among them. Its automatic calls keep one mask after NMS at 0.7 (these tiny random
+    models' masks follow the photo more than the point), so the call without NMS carries the
+    check: it keeps ~40 masks (sam2 42-48) whose scores differ point by point, which a wrongly
+    scaled grid would change."""
+    recorded = RECORDED[family]
     assert any("input_boxes" in call["call_kwargs"] and "input_points" not in call["call_kwargs"]
                for call in recorded.ref["prompts"])
     for call in recorded.ref["prompts"]:
@@ -142,7 +144,7 @@ def test_sam2_references_discriminate():
             masks = masks.reshape(-1, *masks.shape[-2:])
             assert len({m.tobytes() for m in masks}) == len(masks)
     for out in recorded.ref["automatic"][1]["outputs"]:
-        assert len(out["masks"]) >= 40 and len({round(s, 4) for s in out["scores"]}) >= 10
+        assert len(out["masks"]) >= least and len({round(s, 4) for s in out["scores"]}) >= 10
 
 
 @pytest.mark.parametrize("fixture", list(RECORDED))
@@ -276,20 +278,6 @@ def test_sam2_jax_box_and_points():
                       call["outputs"][1], f"jax {call['call_kwargs']}", recorded)
 
 
-def test_sam3_tracker_references_discriminate():
-    """sam3-tracker's prompts give distinct masks (between prompts and between the three
-    outputs), boxes alone among them; as sam2's, its NMS-free automatic call keeps ~40 masks whose
-    scores differ point by point."""
-    recorded = RECORDED["sam3-tracker"]
-    assert any("input_boxes" in call["call_kwargs"] and "input_points" not in call["call_kwargs"]
-               for call in recorded.ref["prompts"])
-    for call in recorded.ref["prompts"]:
-        for out in call["outputs"]:
-            masks = recorded.unpack(out["masks"])
-            masks = masks.reshape(-1, *masks.shape[-2:])
-            assert len({m.tobytes() for m in masks}) == len(masks)
-    for out in recorded.ref["automatic"][1]["outputs"]:
-        assert len(out["masks"]) >= 30 and len({round(s, 4) for s in out["scores"]}) >= 10
 
 
 def test_sam3_tracker_pixels_are_sam3_image_processors():
