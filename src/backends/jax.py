@@ -50,6 +50,11 @@ class JaxNamespace(common.Namespace):
         """MatMulInteger through the native kernel (backends/jax_kernels.py), or None."""
         return jax_kernels.matmul_integer(a, b, b_zero_point, reference)
 
+    def int8_weight_kernel(self, a, b, zero_point, scale, reference):
+        """A float32 product by a dequantized 8-bit weight through the native kernel
+        (backends/jax_kernels.py), or None."""
+        return jax_kernels.matmul_int8_weight(a, b, zero_point, scale, reference)
+
     def softmax(self, x, axis=-1):
         return _softmax(x, axis)
 

@@ -14,7 +14,8 @@ from jax import lax
 from .. import kernels
 
 _TARGETS = {"transmuter_matmul_nbits": "TransmuterMatMulNBits",
-            "transmuter_matmul_integer": "TransmuterMatMulInteger"}
+            "transmuter_matmul_integer": "TransmuterMatMulInteger",
+            "transmuter_matmul_int8_weight": "TransmuterMatMulInt8Weight"}
 _registered = set()
 
 # Rows of A up to which MatMulNBits goes to the kernel; past them XLA's path (the weight
@@ -106,3 +107,33 @@ def matmul_integer(a, b, b_zero_point, reference):
         return jax.ffi.ffi_call(target, out)(a, b, zb, n=np.int64(n), k=np.int64(k))
 
     return lax.platform_dependent(a, b, zb, cpu=kernel, default=reference)
+
+
+# Rows of A up to which a float32 product by a dequantized 8-bit weight goes to the kernel; past
+# them XLA's path (the weight dequantized once per call, then its GEMM) wins. See docs/kernels.md.
+W8_MAX_ROWS = 64
+
+
+def matmul_int8_weight(a, b, zero_point, scale, reference):
+    """A (..., K) float32 @ ((B - zero_point) * scale) through the kernel, B a 2-D int8 / uint8
+    weight [K, N] and zero_point / scale per column ([N]), or None where it does not apply:
+    other dtypes or shapes, more rows than W8_MAX_ROWS, or kernels off. ``reference(a, b,
+    zero_point, scale)`` is the graph's own computation; gradients go through it (to A and the
+    scale; the 8-bit weight has none)."""
+    target = _target("transmuter_matmul_int8_weight")
+    lead = tuple(a.shape[:-1])
+    rows = int(np.prod(lead, dtype=np.int64))
+    if (target is None or b.ndim != 2 or b.dtype not in (jnp.int8, jnp.uint8)
+            or a.dtype != jnp.float32 or a.shape[-1] != b.shape[0] or b.shape[0] == 0
+            or rows > W8_MAX_ROWS or rows == 0):
+        return None
+    k, n = b.shape
+    zero_point = jnp.broadcast_to(jnp.ravel(jnp.asarray(zero_point, jnp.int32)), (n,))
+    scale = jnp.broadcast_to(jnp.ravel(jnp.asarray(scale, jnp.float32)), (n,))
+
+    def kernel(a, b, zero_point, scale):
+        out = jax.ShapeDtypeStruct(lead + (n,), jnp.float32)
+        return jax.ffi.ffi_call(target, out)(a, b, zero_point, scale, n=np.int64(n),
+                                             k=np.int64(k))
+
+    return _with_reference(kernel, reference, a, b, zero_point, scale)

@@ -24,7 +24,7 @@ VARIANTS = {
     "_avxvnni": ["-mavx2", "-mfma", "-mavxvnni"],
     "_avx512vnni": ["-mavx2", "-mfma", "-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512vnni"],
 }
-KERNELS = ["matmul_nbits.c", "matmul_integer.c"]
+KERNELS = ["matmul_nbits.c", "matmul_integer.c", "matmul_int8_weight.c"]
 C_FLAGS = ["-O3", "-fPIC", "-std=c11", "-fno-math-errno"]
 CXX_FLAGS = ["-O2", "-fPIC", "-std=c++17"]
 

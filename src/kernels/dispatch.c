@@ -8,7 +8,7 @@
     {#suffix + 1,                  tm_nbits_prepare_int8##suffix,                               \
      tm_nbits_prepare_f32##suffix,  tm_nbits_columns_int8##suffix,                               \
      tm_nbits_columns_f32##suffix,  tm_int8_prepare##suffix,                                     \
-     tm_int8_columns##suffix}
+     tm_int8_columns##suffix,       tm_w8_columns##suffix}
 
 static const tm_kernels AVX512VNNI = KERNEL_SET(_avx512vnni);
 static const tm_kernels AVXVNNI = KERNEL_SET(_avxvnni);

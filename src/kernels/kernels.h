@@ -24,12 +24,20 @@
                                  const uint8_t *b, int b_signed, const int32_t *zb, int32_t *y, \
                                  int64_t n, int64_t k, int64_t n0, int64_t n1);
 
+#define W8_DECLARE(suffix)                                                                     \
+    void tm_w8_columns##suffix(const float *a, int64_t m, const uint8_t *b, int b_signed,       \
+                               const int32_t *zb, const float *scale, float *y, int64_t n,      \
+                               int64_t k, int64_t n0, int64_t n1);
+
 NBITS_DECLARE(_avx2)
 NBITS_DECLARE(_avxvnni)
 NBITS_DECLARE(_avx512vnni)
 INT8_DECLARE(_avx2)
 INT8_DECLARE(_avxvnni)
 INT8_DECLARE(_avx512vnni)
+W8_DECLARE(_avx2)
+W8_DECLARE(_avxvnni)
+W8_DECLARE(_avx512vnni)
 
 typedef struct {
     const char *name;
@@ -44,6 +52,8 @@ typedef struct {
     void (*int8_prepare)(const int32_t *, int64_t, uint32_t *);
     void (*int8_columns)(const uint32_t *, int64_t, int64_t, const uint8_t *, int,
                          const int32_t *, int32_t *, int64_t, int64_t, int64_t, int64_t);
+    void (*w8_columns)(const float *, int64_t, const uint8_t *, int, const int32_t *,
+                       const float *, float *, int64_t, int64_t, int64_t, int64_t);
 } tm_kernels;
 
 /* The best set this CPU runs, or NULL without AVX2 and FMA. */
