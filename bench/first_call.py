@@ -179,10 +179,11 @@ def report(workload, rows):
 # --acceptance: issue #44's table (see the module docstring)
 ACCEPT_ROWS = ["embedding", "asr", "chat", "image"]
 PEERS = ["onnxruntime", "pytorch"]
+TEST_CACHE = pathlib.Path(os.environ.get("TRANSMUTER_TEST_CACHE",
+                                         pathlib.Path.home() / ".cache" / "transmuter-tests"))
 EXPORT_PYTHON = os.environ.get("TRANSMUTER_EXPORT_PYTHON",
-                               "/root/.cache/transmuter-tests/venv-export/bin/python")
-MINILM = pathlib.Path(os.environ.get("TRANSMUTER_TEST_CACHE", pathlib.Path.home() / ".cache" /
-                                     "transmuter-tests")) / "all-MiniLM-L6-v2"
+                               str(TEST_CACHE / "venv-export" / "bin" / "python"))
+MINILM = TEST_CACHE / "all-MiniLM-L6-v2"
 WORDS = ("the of and to in is was for on that with as by at from it an be this are which or "
          "music river engine window theory garden market signal winter language history "
          "computer protein village harbour letter mountain bridge question network budget "
