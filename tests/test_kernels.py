@@ -448,7 +448,7 @@ W8_CASES = [  # A's shape, K, N, B's type, the dequantization, scale (and zero p
     ((1, 16, 384), 384, 1536, np.int8, "mul", True), ((384,), 384, 40, np.int8, "mul", True),
     ((3, 129), 129, 40, np.uint8, "dq", True), ((64, 200), 200, 33, np.int8, "dq", False),
     ((5, 1), 1, 17, np.uint8, "mul", False), ((2, 4, 70), 70, 16, np.int8, "dq", True),
-    ((65, 96), 96, 20, np.int8, "mul", True),  # past W8_MAX_ROWS: XLA's path
+    ((129, 96), 96, 20, np.int8, "mul", True),  # past W8_MAX_ROWS: XLA's path
 ]
 
 

@@ -110,8 +110,10 @@ def matmul_integer(a, b, b_zero_point, reference):
 
 
 # Rows of A up to which a float32 product by a dequantized 8-bit weight goes to the kernel; past
-# them XLA's path (the weight dequantized once per call, then its GEMM) wins. See docs/kernels.md.
-W8_MAX_ROWS = 64
+# them XLA's path (the weight dequantized once per call, then its GEMM) wins. bench/int8_weight.py
+# (2 cores, AVX-512), all-MiniLM-L6-v2's 384x384, 384x1536, 1536x384, kernel time / XLA time:
+# 0.36-0.56 at 16-64 rows, 0.70-0.77 at 128, 0.94-1.03 at 256, 0.96-1.7 at 512.
+W8_MAX_ROWS = 128
 
 
 def matmul_int8_weight(a, b, zero_point, scale, reference):

@@ -15,8 +15,8 @@
  *
  * Why a kernel: XLA's CPU backend dequantizes the whole weight into memory on every call before
  * its product (all-MiniLM-L6-v2 in weight-only int8, one sentence of 16 tokens: 17 ms, against
- * 5.8 ms with the weights folded to float32 in the file; onnxruntime 3.2 ms). With this kernel:
- * 4.9 ms (python bench/engine.py --model FILE, 2 cores; docs/kernels.md).
+ * 5.8 ms with the weights folded to float32 in the file; onnxruntime 2.9 ms). With this kernel:
+ * 4.4 ms (python bench/engine.py --model FILE, 2 cores; docs/kernels.md).
  *
  * Compiled once per instruction set like matmul_nbits.c (the code is AVX2 + FMA). */
 #include <immintrin.h>
@@ -29,94 +29,106 @@
 #define CAT(a, b) CAT_(a, b)
 #define KERNEL(name) CAT(name, KERNEL_SUFFIX)
 
-#define TILE 16  /* columns per panel: two ymm of float32 */
-#define ROWS 4   /* rows of A per pass over a panel: 8 accumulators, 2 weights, A's broadcast */
+#define TILE 16  /* columns per panel: one row16 */
 #define DEPTH 64 /* rows of B per panel (and per pass over the columns, as matmul_integer.c) */
 
-/* W[j, c .. c + 15] from the 16 bytes of B at row: (B - zb) * scale, in two registers. */
-static inline void weights(const uint8_t *row, int b_signed, __m256i z0, __m256i z1, __m256 s0,
-                           __m256 s1, __m256 *w0, __m256 *w1) {
+/* 16 float32 columns: one zmm where the copy has AVX-512 (ROWS 8: 8 accumulators, the weights,
+ * A's broadcast folded into each FMA), else two ymm (ROWS 4: 8 accumulators, 2 weights, A's
+ * broadcast). The AVX-512 form took 384 x 1536 at 16 rows from 244 to 191 us (one thread). */
+#if defined(__AVX512F__)
+#define ROWS 8
+typedef struct { __m512 v; } row16;
+static inline row16 row16_zero(void) { return (row16){_mm512_setzero_ps()}; }
+static inline row16 row16_load(const float *p) { return (row16){_mm512_loadu_ps(p)}; }
+static inline void row16_store(float *p, row16 x) { _mm512_storeu_ps(p, x.v); }
+static inline row16 row16_fma(const float *a, row16 w, row16 acc) {
+    return (row16){_mm512_fmadd_ps(_mm512_set1_ps(*a), w.v, acc.v)};
+}
+/* (B - zb) * scale of the 16 bytes at row; zb and scale as int32 / float32 rows of 16. */
+static inline row16 row16_weights(const uint8_t *row, int b_signed, const int32_t *zb,
+                                  row16 scale) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)row);
+    __m512i q = b_signed ? _mm512_cvtepi8_epi32(raw) : _mm512_cvtepu8_epi32(raw);
+    __m512i z = _mm512_loadu_si512((const void *)zb);
+    return (row16){_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, z)), scale.v)};
+}
+#else
+#define ROWS 4
+typedef struct { __m256 lo, hi; } row16;
+static inline row16 row16_zero(void) { return (row16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline row16 row16_load(const float *p) {
+    return (row16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+}
+static inline void row16_store(float *p, row16 x) {
+    _mm256_storeu_ps(p, x.lo);
+    _mm256_storeu_ps(p + 8, x.hi);
+}
+static inline row16 row16_fma(const float *a, row16 w, row16 acc) {
+    __m256 x = _mm256_broadcast_ss(a);
+    return (row16){_mm256_fmadd_ps(x, w.lo, acc.lo), _mm256_fmadd_ps(x, w.hi, acc.hi)};
+}
+static inline row16 row16_weights(const uint8_t *row, int b_signed, const int32_t *zb,
+                                  row16 scale) {
     __m128i raw = _mm_loadu_si128((const __m128i *)row);
     __m128i high = _mm_unpackhi_epi64(raw, raw);
     __m256i lo = b_signed ? _mm256_cvtepi8_epi32(raw) : _mm256_cvtepu8_epi32(raw);
     __m256i hi = b_signed ? _mm256_cvtepi8_epi32(high) : _mm256_cvtepu8_epi32(high);
-    *w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(lo, z0)), s0);
-    *w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hi, z1)), s1);
+    lo = _mm256_sub_epi32(lo, _mm256_loadu_si256((const __m256i *)zb));
+    hi = _mm256_sub_epi32(hi, _mm256_loadu_si256((const __m256i *)(zb + 8)));
+    return (row16){_mm256_mul_ps(_mm256_cvtepi32_ps(lo), scale.lo),
+                   _mm256_mul_ps(_mm256_cvtepi32_ps(hi), scale.hi)};
 }
+#endif
 
 /* W[k0 .. k1 - 1, c .. c + 15] into panel (row-major, 16 floats a row). */
 static inline void dequantize(const uint8_t *b, int b_signed, const int32_t *zb,
                               const float *scale, int64_t n, int64_t k0, int64_t k1, int64_t c,
                               float *panel) {
-    __m256 s0 = _mm256_loadu_ps(scale + c), s1 = _mm256_loadu_ps(scale + c + 8);
-    __m256i z0 = _mm256_loadu_si256((const __m256i *)(zb + c));
-    __m256i z1 = _mm256_loadu_si256((const __m256i *)(zb + c + 8));
+    row16 s = row16_load(scale + c);
     for (int64_t j = k0; j < k1; j++) {
-        __m256 w0, w1;
-        weights(b + j * n + c, b_signed, z0, z1, s0, s1, &w0, &w1);
-        _mm256_store_ps(panel + (j - k0) * TILE, w0);
-        _mm256_store_ps(panel + (j - k0) * TILE + 8, w1);
+        row16_store(panel + (j - k0) * TILE, row16_weights(b + j * n + c, b_signed, zb + c, s));
     }
 }
 
-/* At most ROWS rows: each weight dequantized in registers and used at once (a panel's store
- * and reload cost more than they save: 384 x 1536 at one row, 80 -> 52 us, one thread). */
-static inline __attribute__((always_inline)) void direct(const float *a, int rows,
-                                                         const uint8_t *b, int b_signed,
-                                                         const int32_t *zb, const float *scale,
-                                                         float *y, int64_t n, int64_t k,
-                                                         int64_t k0, int64_t k1, int64_t c) {
-    __m256 s0 = _mm256_loadu_ps(scale + c), s1 = _mm256_loadu_ps(scale + c + 8);
-    __m256i z0 = _mm256_loadu_si256((const __m256i *)(zb + c));
-    __m256i z1 = _mm256_loadu_si256((const __m256i *)(zb + c + 8));
-    __m256 lo[ROWS], hi[ROWS];
-    for (int r = 0; r < rows; r++) {
-        float *out = y + r * n + c;
-        lo[r] = k0 > 0 ? _mm256_loadu_ps(out) : _mm256_setzero_ps();
-        hi[r] = k0 > 0 ? _mm256_loadu_ps(out + 8) : _mm256_setzero_ps();
-    }
-    for (int64_t j = k0; j < k1; j++) {
-        __m256 w0, w1;
-        weights(b + j * n + c, b_signed, z0, z1, s0, s1, &w0, &w1);
-        for (int r = 0; r < rows; r++) {
-            __m256 x = _mm256_broadcast_ss(a + r * k + j);
-            lo[r] = _mm256_fmadd_ps(x, w0, lo[r]);
-            hi[r] = _mm256_fmadd_ps(x, w1, hi[r]);
-        }
-    }
-    for (int r = 0; r < rows; r++) {
-        float *out = y + r * n + c;
-        _mm256_storeu_ps(out, lo[r]);
-        _mm256_storeu_ps(out + 8, hi[r]);
-    }
-}
-
-/* Y[r0 .. r0 + rows - 1, c .. c + 15] += A[those rows, k0 .. k1 - 1] @ panel (from zero when k0
- * is 0). Inlined with `rows` a constant (ROWS or 1), so the accumulators stay in registers. */
+/* Y[r0 .. r0 + rows - 1, c .. c + 15] += A[those rows, k0 .. k1 - 1] @ W[k0 .. k1 - 1, c ..]
+ * (from zero when k0 is 0), W read from the panel, or (panel NULL: at most ROWS rows in all)
+ * dequantized in registers and used at once: a panel's store and reload cost more than they
+ * save there (384 x 1536 at one row, 80 -> 52 us, one thread). Inlined with `rows` a constant,
+ * so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void block(const float *a, int rows, int64_t r0,
-                                                        const float *panel, float *y, int64_t n,
+                                                        const float *panel, const uint8_t *b,
+                                                        int b_signed, const int32_t *zb,
+                                                        const float *scale, float *y, int64_t n,
                                                         int64_t k, int64_t k0, int64_t k1,
                                                         int64_t c) {
-    __m256 lo[ROWS], hi[ROWS];
+    row16 acc[ROWS];
+    row16 s = row16_load(scale + c);
     for (int r = 0; r < rows; r++) {
-        float *out = y + (r0 + r) * n + c;
-        lo[r] = k0 > 0 ? _mm256_loadu_ps(out) : _mm256_setzero_ps();
-        hi[r] = k0 > 0 ? _mm256_loadu_ps(out + 8) : _mm256_setzero_ps();
+        acc[r] = k0 > 0 ? row16_load(y + (r0 + r) * n + c) : row16_zero();
     }
     for (int64_t j = k0; j < k1; j++) {
-        __m256 w0 = _mm256_load_ps(panel + (j - k0) * TILE);
-        __m256 w1 = _mm256_load_ps(panel + (j - k0) * TILE + 8);
-        for (int r = 0; r < rows; r++) {
-            __m256 x = _mm256_broadcast_ss(a + (r0 + r) * k + j);
-            lo[r] = _mm256_fmadd_ps(x, w0, lo[r]);
-            hi[r] = _mm256_fmadd_ps(x, w1, hi[r]);
-        }
+        row16 w = panel ? row16_load(panel + (j - k0) * TILE)
+                        : row16_weights(b + j * n + c, b_signed, zb + c, s);
+        for (int r = 0; r < rows; r++) acc[r] = row16_fma(a + (r0 + r) * k + j, w, acc[r]);
     }
-    for (int r = 0; r < rows; r++) {
-        float *out = y + (r0 + r) * n + c;
-        _mm256_storeu_ps(out, lo[r]);
-        _mm256_storeu_ps(out + 8, hi[r]);
+    for (int r = 0; r < rows; r++) row16_store(y + (r0 + r) * n + c, acc[r]);
+}
+
+/* block() with `rows` (1 .. ROWS) made a constant. */
+static void rows_block(const float *a, int64_t rows, int64_t r0, const float *panel,
+                       const uint8_t *b, int b_signed, const int32_t *zb, const float *scale,
+                       float *y, int64_t n, int64_t k, int64_t k0, int64_t k1, int64_t c) {
+#define CASE(R)                                                                    \
+    case R:                                                                        \
+        block(a, R, r0, panel, b, b_signed, zb, scale, y, n, k, k0, k1, c);        \
+        break;
+    switch (rows) {
+        CASE(1) CASE(2) CASE(3) CASE(4)
+#if ROWS == 8
+        CASE(5) CASE(6) CASE(7) CASE(8)
+#endif
     }
+#undef CASE
 }
 
 /* Columns past the last whole panel, one product at a time, summed as the panels are (FMA in k
@@ -140,22 +152,20 @@ static void tail(const float *a, int64_t m, const uint8_t *b, int b_signed, cons
 void KERNEL(tm_w8_columns)(const float *a, int64_t m, const uint8_t *b, int b_signed,
                            const int32_t *zb, const float *scale, float *y, int64_t n, int64_t k,
                            int64_t n0, int64_t n1) {
-    float panel[DEPTH * TILE] __attribute__((aligned(32)));
+    float panel[DEPTH * TILE] __attribute__((aligned(64)));
     int64_t whole = n0 + (n1 - n0) / TILE * TILE;
     for (int64_t k0 = 0; k0 < k; k0 += DEPTH) {
         int64_t k1 = k0 + DEPTH < k ? k0 + DEPTH : k;
         for (int64_t c = n0; c < whole; c += TILE) {
             if (m <= ROWS) { /* one group of rows: no panel */
-                if (m == 1) direct(a, 1, b, b_signed, zb, scale, y, n, k, k0, k1, c);
-                if (m == 2) direct(a, 2, b, b_signed, zb, scale, y, n, k, k0, k1, c);
-                if (m == 3) direct(a, 3, b, b_signed, zb, scale, y, n, k, k0, k1, c);
-                if (m == 4) direct(a, 4, b, b_signed, zb, scale, y, n, k, k0, k1, c);
+                rows_block(a, m, 0, NULL, b, b_signed, zb, scale, y, n, k, k0, k1, c);
                 continue;
             }
             dequantize(b, b_signed, zb, scale, n, k0, k1, c, panel);
-            int64_t r0 = 0;
-            for (; r0 + ROWS <= m; r0 += ROWS) block(a, ROWS, r0, panel, y, n, k, k0, k1, c);
-            for (; r0 < m; r0++) block(a, 1, r0, panel, y, n, k, k0, k1, c);
+            for (int64_t r0 = 0; r0 < m; r0 += ROWS) {
+                int64_t rows = m - r0 < ROWS ? m - r0 : ROWS;
+                rows_block(a, rows, r0, panel, b, b_signed, zb, scale, y, n, k, k0, k1, c);
+            }
         }
     }
     if (whole < n1) tail(a, m, b, b_signed, zb, scale, y, n, k, whole, n1);
