@@ -464,14 +464,14 @@ def w8_case(shape, k, n, b_type, form, per_column, seed):
     return a, q, scale, np.asarray(zp, b_type)
 
 
-def w8_model(shape, q, scale, zp, form):
+def w8_model(shape, q, scale, zp, form, axis=1):
     """MatMul(A, Cast(Q) * S) or MatMul(A, DequantizeLinear(Q, S, Z)), Q and S initializers."""
     if form == "mul":
         nodes = [helper.make_node("Cast", ["Q"], ["Qf"], to=TensorProto.FLOAT),
                  helper.make_node("Mul", ["Qf", "S"], ["W"])]
         weights = [q, scale]
     else:
-        nodes = [helper.make_node("DequantizeLinear", ["Q", "S", "Z"], ["W"], axis=1)]
+        nodes = [helper.make_node("DequantizeLinear", ["Q", "S", "Z"], ["W"], axis=axis)]
         weights = [q, scale, zp]
     nodes.append(helper.make_node("MatMul", ["A", "W"], ["Y"]))
     g = helper.make_graph(
@@ -522,8 +522,9 @@ def test_int8_weight_nan_inf_and_fallbacks(tmp_path):
     got = np.asarray(transmuter.compile(transmuter.load(path))({"A": a})["Y"])
     np.testing.assert_allclose(got, ort_run(model, {"A": a}), rtol=TOL, atol=TOL, equal_nan=True)
     a = np.nan_to_num(a, posinf=1.0)
-    for scale in (np.full((64, 1), 0.01, np.float32),):
-        model = w8_model(a.shape, q, scale, zp, "mul")
+    per_row = np.linspace(0.005, 0.02, 64, dtype=np.float32)
+    for model in (w8_model(a.shape, q, per_row[:, None], zp, "mul"),
+                  w8_model(a.shape, q, per_row, np.full(64, 3, np.int8), "dq", axis=0)):
         path.write_bytes(model.SerializeToString())
         fn = transmuter.compile(transmuter.load(path), {"A": a})
         assert rel(np.asarray(fn({"A": a})["Y"]), ort_run(model, {"A": a})) < TOL
