@@ -21,7 +21,6 @@ import pathlib
 import sys
 import time
 
-import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from text import default_folder, sentences  # noqa: E402

@@ -34,7 +34,6 @@ counterpart is future work.
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
 import sys
