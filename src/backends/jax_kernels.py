@@ -96,7 +96,7 @@ def matmul_integer(a, b, b_zero_point, reference):
     lead = tuple(a.shape[:-1])
     rows = int(np.prod(lead, dtype=np.int64))
     if (target is None or b.ndim != 2 or b.dtype not in (jnp.int8, jnp.uint8)
-            or a.dtype != jnp.int32 or rows > INT8_MAX_ROWS or rows == 0):
+            or a.dtype != jnp.int32 or b.shape[0] == 0 or rows > INT8_MAX_ROWS or rows == 0):
         return None
     k, n = b.shape
     zb = jnp.broadcast_to(jnp.zeros((), jnp.int32) if b_zero_point is None

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -54,6 +55,26 @@ void ParallelFor(ffi::ThreadPool &pool, int64_t n, int64_t grain, F fn) {
 // split from 64 KB, 122 us alone; the 49152x576 lm_head 1.33 ms alone, 1.03-1.09 ms split).
 constexpr int64_t kParallelWork = int64_t{1} << 21;
 
+// Columns per piece of the pool for a product over an 8-bit B [k, n] at m rows: whole tiles of 16.
+int64_t TileGrain(int64_t k, int64_t m) {
+  return std::max<int64_t>(16, kParallelWork / std::max<int64_t>(1, k * m)) / 16 * 16;
+}
+
+// The checks the 8-bit weight kernels share: the kernels are there, B is int8 (*is_signed) or
+// uint8, and K is positive (K = 0 would leave Y unwritten: the callers take XLA's path there).
+ffi::Error CheckInt8Weight(const ffi::AnyBuffer &b, int64_t k, const char *kernel,
+                           bool *is_signed) {
+  if (Kernels() == nullptr) {
+    return ffi::Error::Internal("transmuter kernels: this CPU lacks AVX2/FMA");
+  }
+  *is_signed = b.element_type() == ffi::DataType::S8;
+  if (!*is_signed && b.element_type() != ffi::DataType::U8) {
+    return ffi::Error::InvalidArgument(std::string(kernel) + " kernel: B must be int8 or uint8");
+  }
+  if (k <= 0) return ffi::Error::InvalidArgument(std::string(kernel) + " kernel: K must be > 0");
+  return ffi::Error::Success();
+}
+
 ffi::Error MatMulNBits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBuffer b,
                        ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> zero_points,
                        ffi::ResultBuffer<ffi::F32> y, int64_t n, int64_t k, int64_t bits,
@@ -101,13 +122,11 @@ ffi::Error MatMulNBits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBu
 ffi::Error MatMulInteger(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> a, ffi::AnyBuffer b,
                          ffi::Buffer<ffi::S32> zb, ffi::ResultBuffer<ffi::S32> y, int64_t n,
                          int64_t k) {
+  bool b_signed;
+  ffi::Error error = CheckInt8Weight(b, k, "MatMulInteger", &b_signed);
+  if (error.failure()) return error;
   const tm_kernels *kern = Kernels();
-  if (kern == nullptr) return ffi::Error::Internal("transmuter kernels: this CPU lacks AVX2/FMA");
-  bool b_signed = b.element_type() == ffi::DataType::S8;
-  if (!b_signed && b.element_type() != ffi::DataType::U8) {
-    return ffi::Error::InvalidArgument("MatMulInteger kernel: B must be int8 or uint8");
-  }
-  int64_t m = k ? a.element_count() / k : 0;
+  int64_t m = a.element_count() / k;
   if (m == 0 || n == 0) return ffi::Error::Success();
   int64_t stride = (k + 1) / 2;
   std::vector<uint32_t> pairs(m * stride);
@@ -116,8 +135,7 @@ ffi::Error MatMulInteger(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> a, ffi::Any
   }
   auto b_data = static_cast<const uint8_t *>(b.untyped_data());
   int32_t *out = y->typed_data();
-  int64_t grain = std::max<int64_t>(16, kParallelWork / std::max<int64_t>(1, k * m)) / 16 * 16;
-  ParallelFor(pool, n, grain, [&](int64_t n0, int64_t n1) {
+  ParallelFor(pool, n, TileGrain(k, m), [&](int64_t n0, int64_t n1) {
     kern->int8_columns(pairs.data(), stride, m, b_data, b_signed, zb.typed_data(), out, n, k, n0,
                        n1);
   });
@@ -130,20 +148,16 @@ ffi::Error MatMulInteger(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> a, ffi::Any
 ffi::Error MatMulInt8Weight(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBuffer b,
                             ffi::Buffer<ffi::S32> zb, ffi::Buffer<ffi::F32> scale,
                             ffi::ResultBuffer<ffi::F32> y, int64_t n, int64_t k) {
+  bool b_signed;
+  ffi::Error error = CheckInt8Weight(b, k, "int8 weight", &b_signed);
+  if (error.failure()) return error;
   const tm_kernels *kern = Kernels();
-  if (kern == nullptr) return ffi::Error::Internal("transmuter kernels: this CPU lacks AVX2/FMA");
-  bool b_signed = b.element_type() == ffi::DataType::S8;
-  if (!b_signed && b.element_type() != ffi::DataType::U8) {
-    return ffi::Error::InvalidArgument("int8 weight kernel: B must be int8 or uint8");
-  }
-  if (k <= 0) return ffi::Error::InvalidArgument("int8 weight kernel: K must be positive");
   int64_t m = a.element_count() / k;
   if (m == 0 || n == 0) return ffi::Error::Success();
   auto b_data = static_cast<const uint8_t *>(b.untyped_data());
   // The pool from the same amount of work as the other kernels: splitting sooner did not pay
   // (bench/int8_weight.py, 2 cores: 1536 x 384 at one row 70 us alone, 96 us split).
-  int64_t grain = std::max<int64_t>(16, kParallelWork / std::max<int64_t>(1, k * m)) / 16 * 16;
-  ParallelFor(pool, n, grain, [&](int64_t n0, int64_t n1) {
+  ParallelFor(pool, n, TileGrain(k, m), [&](int64_t n0, int64_t n1) {
     kern->w8_columns(a.typed_data(), m, b_data, b_signed, zb.typed_data(), scale.typed_data(),
                      y->typed_data(), n, k, n0, n1);
   });
