@@ -118,10 +118,10 @@ W8_MAX_ROWS = 128
 
 def matmul_int8_weight(a, b, zero_point, scale, reference):
     """A (..., K) float32 @ ((B - zero_point) * scale) through the kernel, B a 2-D int8 / uint8
-    weight [K, N] and zero_point / scale per column ([N]), or None where it does not apply:
-    other dtypes or shapes, more rows than W8_MAX_ROWS, or kernels off. ``reference(a, b,
-    zero_point, scale)`` is the graph's own computation; gradients go through it (to A and the
-    scale; the 8-bit weight has none)."""
+    weight [K, N] and zero_point / scale one per column (any shape of N elements) or per tensor,
+    or None where it does not apply: other dtypes or shapes, more rows than W8_MAX_ROWS, or
+    kernels off. ``reference(a, b, zero_point, scale)``, on the operands as given, is the graph's
+    own computation; gradients go through it (to A and the scale; the 8-bit weight has none)."""
     target = _target("transmuter_matmul_int8_weight")
     lead = tuple(a.shape[:-1])
     rows = int(np.prod(lead, dtype=np.int64))
@@ -130,12 +130,14 @@ def matmul_int8_weight(a, b, zero_point, scale, reference):
             or rows > W8_MAX_ROWS or rows == 0):
         return None
     k, n = b.shape
-    zero_point = jnp.broadcast_to(jnp.ravel(jnp.asarray(zero_point, jnp.int32)), (n,))
-    scale = jnp.broadcast_to(jnp.ravel(jnp.asarray(scale, jnp.float32)), (n,))
+
+    def per_column(x, dtype):
+        return jnp.broadcast_to(jnp.ravel(x).astype(dtype), (n,))
 
     def kernel(a, b, zero_point, scale):
         out = jax.ShapeDtypeStruct(lead + (n,), jnp.float32)
-        return jax.ffi.ffi_call(target, out)(a, b, zero_point, scale, n=np.int64(n),
+        return jax.ffi.ffi_call(target, out)(a, b, per_column(zero_point, jnp.int32),
+                                             per_column(scale, jnp.float32), n=np.int64(n),
                                              k=np.int64(k))
 
-    return _with_reference(kernel, reference, a, b, zero_point, scale)
+    return _with_reference(kernel, reference, a, b, jnp.asarray(zero_point), scale)

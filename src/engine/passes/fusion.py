@@ -308,47 +308,49 @@ def _hoisted(xp, inputs, members):
 
 def dequantized_matmul(xp, *inputs, members):
     """MatMul(a, dequantized 8-bit weight) through the backend's native kernel where it has one
-    and the operands fit it, else the chain as the graph writes it."""
+    and the operands fit it, else (and as the kernel's reference and gradient) the chain as the
+    graph writes it."""
     kernel = getattr(xp, "int8_weight_kernel", None)
-    operands = _int8_weight(inputs, members) if kernel is not None else None
-    if operands is not None:
-        def reference(a, q, zero_point, scale):  # the graph's own values: (q - zp) * scale
-            w = xp.astype(xp.astype(q, np.int32) - zero_point, np.float32) * scale
-            return xp.matmul(a, w)
+    found = _int8_weight(inputs, members) if kernel is not None else None
+    if found is not None:
+        def chain(*operands):  # the nodes themselves, on the kernel's operands
+            view = list(inputs)
+            for i, x in zip(found, operands):
+                if i is not None:
+                    view[i] = x
+            return _run(xp, view, members)
 
-        y = kernel(*operands, reference)
+        y = kernel(*(0 if i is None else inputs[i] for i in found), chain)
         if y is not None:
             return y
     return _run(xp, inputs, members)
 
 
 def _int8_weight(inputs, members):
-    """(a, q, zero point, scale) of a chain whose weight is 2-D 8-bit, dequantized to float32
-    with one scale (and zero point) per column or per tensor; else None."""
+    """Where (indices into ``inputs``) a, q, the zero point (None: none) and the scale are, for a
+    chain whose weight is 2-D 8-bit, dequantized to float32 with one scale (and zero point) per
+    column or per tensor; else None."""
     *dequantize, product = members
-    a = inputs[product.reads[0]]
-    arg = lambda m, i: None if i >= len(m.reads) else inputs[m.reads[i]]  # noqa: E731
     if len(dequantize) == 2:  # Cast, Mul
-        q, zero_point = arg(dequantize[0], 0), 0
-        scale = inputs[next(r for r in dequantize[1].reads if r is not None)]
+        iq, iz = dequantize[0].reads[0], None
+        i_s = next(r for r in dequantize[1].reads if r is not None)
     else:
-        node = dequantize[0].node
-        q, scale, zero_point = (arg(dequantize[0], i) for i in range(3))
-        zero_point = 0 if zero_point is None else zero_point
+        node, reads = dequantize[0].node, dequantize[0].reads
+        iq, i_s, iz = reads[0], reads[1], reads[2] if len(reads) > 2 else None
         if node.attrs.get("block_size", 0) or node.attrs.get("output_dtype", 0) not in (0, 1):
             return None
-        if np.size(scale) != 1 and (node.attrs.get("axis", 1) not in (1, -1)
-                                    or getattr(q, "ndim", 0) != 2):
+        if np.size(inputs[i_s]) != 1 and node.attrs.get("axis", 1) not in (1, -1):
             return None
+    a, q, scale = inputs[product.reads[0]], inputs[iq], inputs[i_s]
     if getattr(q, "ndim", 0) != 2 or q.dtype not in (np.int8, np.uint8) or \
             getattr(a, "dtype", None) != np.float32 or getattr(scale, "dtype", None) != np.float32:
         return None
     n = q.shape[1]
     per_column = lambda v: np.size(v) == 1 or (np.ndim(v) <= 2 and np.size(v) == n  # noqa: E731
                                                 and v.shape[-1] == n)
-    if not per_column(scale) or not per_column(zero_point):
+    if not per_column(scale) or (iz is not None and not per_column(inputs[iz])):
         return None
-    return a, q, zero_point, scale
+    return product.reads[0], iq, iz, i_s
 
 
 def _run(xp, inputs, members):
