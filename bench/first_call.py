@@ -94,20 +94,9 @@ def child(args):
     import numpy as np
 
     import transmuter
-    from jax._src import monitoring
 
+    spent, compiles, hits = listen_to_jax()  # imports jax's monitoring: part of the import time
     times = {"import": time.perf_counter() - start}
-    spent, hits, compiles = dict.fromkeys(EVENTS.values(), 0.0), [], []
-
-    def listen(event, secs, **_):
-        if event in EVENTS:
-            spent[EVENTS[event]] += secs
-            if EVENTS[event] == "compile":
-                compiles.append(secs)
-
-    monitoring.register_event_duration_secs_listener(listen)
-    monitoring.register_event_listener(
-        lambda event, **_: hits.append(event) if event.endswith("cache_hits") else None)
     start = time.perf_counter()
     if args.workload == "encoder":
         model = transmuter.load(args.model)
@@ -153,17 +142,41 @@ def child(args):
     print(json.dumps(times))
 
 
+def listen_to_jax():
+    """(seconds spent per EVENTS name, each XLA compile's seconds, persistent-cache hits), filled
+    in as this process runs."""
+    from jax._src import monitoring
+
+    spent, compiles, hits = dict.fromkeys(EVENTS.values(), 0.0), [], []
+
+    def listen(event, secs, **_):
+        if event in EVENTS:
+            spent[EVENTS[event]] += secs
+            if EVENTS[event] == "compile":
+                compiles.append(secs)
+
+    monitoring.register_event_duration_secs_listener(listen)
+    monitoring.register_event_listener(
+        lambda event, **_: hits.append(event) if event.endswith("cache_hits") else None)
+    return spent, compiles, hits
+
+
+def run_json(command, env=None, echo_stderr=False):
+    """A child process's last line of output, read as JSON; its failure ends the bench."""
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    if echo_stderr:
+        print(done.stderr, file=sys.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def spawn(args, workload, folder, profile=False):
     env = dict(os.environ, TRANSMUTER_COMPILE_CACHE=folder)
     command = [sys.executable, __file__, "--child", workload, "--model", args.model,
                "--generation", args.generation, "--asr", args.asr] + \
         (["--profile"] if profile else [])
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode:
-        sys.exit(f"{workload} process failed:\n{done.stderr[-3000:]}")
-    if profile:
-        print(done.stderr, file=sys.stderr)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json(command, env, echo_stderr=profile)
 
 
 def report(workload, rows):
@@ -192,7 +205,6 @@ WORDS = ("the of and to in is was for on that with as by at from it an be this a
 NEW_TOKENS = {"asr": 40, "chat": 32}
 CLIP_SECONDS = 10
 MESSAGES = [{"role": "user", "content": "Write a short poem about the sea at night."}]
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 def prepare(row, out):
@@ -238,13 +250,8 @@ def accept_child(row, spec):
     import numpy as np
 
     import transmuter
-    from jax._src import monitoring
 
-    compiles, hits = [], []
-    monitoring.register_event_duration_secs_listener(
-        lambda event, secs, **_: compiles.append(secs) if event == COMPILE_EVENT else None)
-    monitoring.register_event_listener(
-        lambda event, **_: hits.append(event) if event.endswith("cache_hits") else None)
+    _, compiles, hits = listen_to_jax()
     if row == "embedding":
         transmuter.pipeline("text-embedding", spec["folder"], variant="fp32")(spec["sentences"])
     elif row == "asr":
@@ -260,13 +267,6 @@ def accept_child(row, spec):
         transmuter.pipeline("image-classification", spec["folder"])(spec["image"])
     print(json.dumps({"seconds": time.perf_counter() - START, "compiles": len(compiles),
                       "cache hits": len(hits)}))
-
-
-def run_json(command, env=None):
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode:
-        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def ours(row, spec, cache):

@@ -8,12 +8,12 @@ ours (above 1: ours is faster). Where the two Transmuter columns cross is W8_MAX
     python bench/int8_weight.py [--shapes 384x384,384x1536,1536x384] [--rows 1,16,64,128]
                                 [--rounds 5]
 
-Times are the best of ``--rounds`` rounds of 20 calls, in microseconds."""
+Times are the best of ``--rounds`` alternating rounds of 20 calls (matmul_nbits.best_us), in
+microseconds."""
 
 import argparse
 import os
 import tempfile
-import time
 
 import jax
 import numpy as np
@@ -21,6 +21,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import transmuter
+from matmul_nbits import best_us
 from transmuter.backends import jax_kernels
 
 
@@ -41,17 +42,6 @@ def model_file(folder, k, n, rng):
     return path
 
 
-def best(fn, rounds):
-    fn()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(20):
-            fn()
-        times.append((time.perf_counter() - start) / 20)
-    return min(times) * 1e6
-
-
 def compiled(path, a, kernel):
     """The compiled graph with the kernel, or with W8_MAX_ROWS at 0 (XLA's path), traced now."""
     saved = jax_kernels.W8_MAX_ROWS
@@ -61,7 +51,7 @@ def compiled(path, a, kernel):
         jax.block_until_ready(fn({"A": a})["Y"])
     finally:
         jax_kernels.W8_MAX_ROWS = saved
-    return lambda: jax.block_until_ready(fn({"A": a})["Y"])
+    return lambda: fn({"A": a})["Y"]
 
 
 def main():
@@ -85,11 +75,10 @@ def main():
                               "ort": lambda: session.run(None, {"A": a})}
                 got = np.asarray(transmuter.compile(transmuter.load(path), {"A": a})({"A": a})["Y"])
                 assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), "differs"
-                times = {name: [] for name in candidates}
-                for _ in range(2):  # alternating rounds: a busy spell hits every candidate
+                t = dict.fromkeys(candidates, float("inf"))
+                for _ in range(args.rounds):  # alternating rounds: a busy spell hits every one
                     for name, fn in candidates.items():
-                        times[name].append(best(fn, args.rounds))
-                t = {name: min(v) for name, v in times.items()}
+                        t[name] = min(t[name], best_us(fn, 1))
                 print(f"{shape:>11} {rows:>5} {t['kernel']:>10.1f} {t['xla']:>9.1f} "
                       f"{t['ort']:>9.1f} {t['ort'] / t['kernel']:>10.2f}x "
                       f"{t['ort'] / t['xla']:>7.2f}x")
