@@ -27,7 +27,8 @@ class TextPipeline(Pipeline):
         self.max_length = min(x for x in (self._max_length(), max_length) if x)
         self.sequence_lengths = (buckets.octave_lengths(self.max_length) if sequence_length is None
                                  else buckets.lengths(sequence_length, self.max_length))
-        self.featurizer = TextFeaturizer(tokenizer, self.sequence_lengths)
+        self.featurizer = TextFeaturizer(tokenizer, self.sequence_lengths,
+                                         coarsens=sequence_length is None)
         super().__init__(model, config, **kwargs)
 
     def __repr__(self):
