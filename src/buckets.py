@@ -141,7 +141,12 @@ SPLIT_SHAPE_COST = 1 / 16
 # 2.7-3.0 us: ~200,000 tokens. A token costs about its weights (as CALL_COST_WEIGHT_TOKENS has
 # it) and a compile about the graph's nodes, so the estimate is nodes x this / weights: 3,900
 # tokens for MiniLM; 745,000 for the fixtures, whose tokens cost less than their weights say
-# (their time is per-op overhead): they compile a new bucket later than they might.
+# (their time is per-op overhead): they compile a new bucket later than they might. The
+# acceptance row (bench/first_call.py --acceptance --rows embedding, load average 3.5): every
+# row pads to 160 tokens (16,000 padded tokens, 8,900 before), 3 compiles instead of 11; cold
+# cache 9.90 -> 6.36 s (onnxruntime 10.2 / 8.7 s), warm 4.37 -> 5.10 s (the padding, where a
+# compile is a cache read). Only the default buckets coarsen: a ``sequence_length=`` list is
+# the user's choice of shapes (often a few coarse ones, where renting would pad 8x or more).
 COMPILE_COST_NODE_WEIGHT_TOKENS = 1.8e8
 
 
@@ -187,6 +192,8 @@ def pad_or_compile(sizes, compiled, waste, cost):
 # MB). The cost is padding: bench/text.py's 2,000 sorted sentences pad to 1.144x their tokens in
 # full batches (17 shapes), 1.137x in groups of any power of two (18 shapes, SPLIT_SHAPE_COST):
 # under 1 % more work. A call on fewer inputs than a window keeps powers of two: it ends.
+# pad_or_compile may compile a length a stream rented at first, later, once: its lengths stay
+# its buckets.
 
 
 def row_groups(sizes, cap, call_cost, least=1):

@@ -16,7 +16,9 @@ class TextPipeline(Pipeline):
     """A pipeline over a tokenizer: encodings padded to ``sequence_length`` buckets, each capped
     at the longest sequence the model takes (and at ``max_length``, e.g. sentence-transformers'
     max_seq_length); by default ``buckets.octave_lengths`` up to that cap (16, 20, 24, 28, 32,
-    40, ...: a batch pads to at most 1/4 past its longest row)."""
+    40, ...: a batch pads to at most 1/4 past its longest row), where rows pad to a longer
+    compiled length until that costs a compile (buckets.pad_or_compile); a ``sequence_length=``
+    given keeps each row at its own bucket of it."""
 
     featurizers = ("tokenizer",)
 
