@@ -126,6 +126,63 @@ CALL_COST_WEIGHT_TOKENS = 4.3e8
 SPLIT_SHAPE_COST = 1 / 16
 
 
+# Rent or buy a length bucket (the ski-rental rule). A window's rows pad each to its own bucket,
+# and each bucket a pipeline meets compiles once (~0.4-0.8 s on CPU): the acceptance row's 100
+# mixed sentences (bench/first_call.py --acceptance, all-MiniLM-L6-v2) meet 14 buckets (16 to
+# 160 tokens) and compiled 11 shapes, ~4.2 s of a 6.5 s first call.
+# A row whose bucket this pipeline has not compiled instead pads to the shortest longer length it
+# has (rents), until the padding that bucket has cost, over all windows and calls, would reach
+# what compiling it costs; then it compiles (buys) and pads no more. It never costs more than
+# twice the better of "always pad" and "always compile", whatever comes next (a notebook's one
+# call, a service's stream of short requests after a long one), and its shapes stay within the
+# buckets, so a stream's shapes stay bounded. What a compile costs in padded tokens
+# (bench/pad_or_compile.py; first call of a shape less a later one, cache off; 2 CPU cores):
+# all-MiniLM-L6-v2 (488 nodes, 22.6M weights) 0.54-0.78 s a compile, 113-213 us a padded
+# token: 3,650-4,730 tokens; the tiny bert fixtures (215 nodes, 52k weights) 0.55-0.60 s,
+# 2.7-3.0 us: ~200,000 tokens. A token costs about its weights (as CALL_COST_WEIGHT_TOKENS has
+# it) and a compile about the graph's nodes, so the estimate is nodes x this / weights: 3,900
+# tokens for MiniLM; 745,000 for the fixtures, whose tokens cost less than their weights say
+# (their time is per-op overhead): they compile a new bucket later than they might. The
+# acceptance row (bench/first_call.py --acceptance --rows embedding, load average 3.5): every
+# row pads to 160 tokens (16,000 padded tokens, 8,900 before), 3 compiles instead of 11; cold
+# cache 9.90 -> 6.36 s (onnxruntime 10.2 / 8.7 s), warm 4.37 -> 5.10 s (the padding, where a
+# compile is a cache read). Only the default buckets coarsen: a ``sequence_length=`` list is
+# the user's choice of shapes (often a few coarse ones, where renting would pad 8x or more).
+COMPILE_COST_NODE_WEIGHT_TOKENS = 1.8e8
+
+
+def compile_tokens(nodes, weights):
+    """What compiling a new length costs, in padded tokens of a graph of ``nodes`` nodes and
+    ``weights`` weights (COMPILE_COST_NODE_WEIGHT_TOKENS)."""
+    return COMPILE_COST_NODE_WEIGHT_TOKENS * max(int(nodes), 1) / max(int(weights), 1)
+
+
+def pad_or_compile(sizes, compiled, waste, cost):
+    """The length each of a window's padded ``sizes`` (buckets) runs at, longest first: its own
+    where it is compiled (in ``compiled``, or bought earlier in this window) or no compiled
+    length holds it, else the shortest longer compiled length while the padding its bucket has
+    cost (``waste``: bucket -> tokens, rows x extra length, over earlier windows) plus this
+    window's stays below ``cost`` tokens; at that cost it compiles. Returns ({size: length},
+    the updated waste). Sizes [64, 16, 16] with 64 compiled and a cost of 100: 16 pads to 64
+    (96 tokens); one more 16 then compiles (96 + 48 >= 100)."""
+    counts, have, waste = {}, set(compiled), dict(waste)
+    for size in sizes:
+        counts[size] = counts.get(size, 0) + 1
+    runs = {}
+    for size in sorted(counts, reverse=True):
+        longer = [n for n in have if n >= size]
+        if size in have or not longer:
+            runs[size] = size
+            have.add(size)
+            continue
+        at = min(longer)
+        spent = waste.get(size, 0) + counts[size] * (at - size)
+        waste[size] = spent
+        runs[size] = at if spent < cost else size
+        if spent >= cost:
+            have.add(size)
+    return runs, waste
+
 # Streams. A call that fills its read-ahead window (an iterable, a list longer than a window)
 # runs every call of its windows, and the rest after its last one, in ``batch_size`` rows
 # (``least`` = cap): the shapes it meets are its length buckets alone, all met in its first
@@ -136,6 +193,8 @@ SPLIT_SHAPE_COST = 1 / 16
 # MB). The cost is padding: bench/text.py's 2,000 sorted sentences pad to 1.144x their tokens in
 # full batches (17 shapes), 1.137x in groups of any power of two (18 shapes, SPLIT_SHAPE_COST):
 # under 1 % more work. A call on fewer inputs than a window keeps powers of two: it ends.
+# pad_or_compile may compile a length a stream rented at first, later, once: its lengths stay
+# its buckets.
 
 
 def row_groups(sizes, cap, call_cost, least=1):

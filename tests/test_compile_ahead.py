@@ -170,8 +170,11 @@ def _sentences(n):
 def _stream(ahead):
     from transmuter.pipelines import shared
 
+    # buckets given (the default ones): each pads to its own (the default buckets would pad
+    # to the compiled 24 instead, buckets.pad_or_compile: one shape, nothing to compile ahead)
     pipe = transmuter.pipeline("text-embedding", ROOT / "bert-sentence-transformers",
-                               batch_size=4, compile_ahead=ahead, compile_cache=False)
+                               batch_size=4, compile_ahead=ahead, compile_cache=False,
+                               sequence_length=[16, 20, 24])
     since = _compiles_by_thread()
     out = list(pipe(iter(_sentences(80))))  # windows of 64 (16 batches), then the rest
     return np.array(out), shared.of(pipe.model)["compiled"], _caller_compiles(since)

@@ -202,18 +202,23 @@ class Pipeline:
             key = self.featurizer.key
             order.sort(key=lambda i: self.featurizer.size(flat[i][key]), reverse=True)
         outputs = [None] * len(flat)
-        groups = self._groups(flat, order, batch_size)
-        shapes = self._group_shapes(flat, groups)
-        ahead = self._first_new(shapes)
-        progress = CompileProgress(self, self._new_shapes(shapes))
-        with compile_notice.reporting(progress):
-            for n, rows in enumerate(groups):
-                while ahead and ahead[0] <= n:
-                    ahead.pop(0)
-                if ahead:  # the window's next new shape compiles while this batch runs
-                    self._compile_ahead([flat[i] for i in groups[ahead.pop(0)]])
-                for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
-                    outputs[i] = out
+        self._choose_lengths(flat)
+        try:
+            groups = self._groups(flat, order, batch_size)
+            shapes = self._group_shapes(flat, groups)
+            ahead = self._first_new(shapes)
+            progress = CompileProgress(self, self._new_shapes(shapes))
+            with compile_notice.reporting(progress):
+                for n, rows in enumerate(groups):
+                    while ahead and ahead[0] <= n:
+                        ahead.pop(0)
+                    if ahead:  # the window's next new shape compiles while this batch runs
+                        self._compile_ahead([flat[i] for i in groups[ahead.pop(0)]])
+                    for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
+                        outputs[i] = out
+        finally:
+            if getattr(self.featurizer, "runs_at", None):
+                self.featurizer.runs_at = {}  # the window's choice; other callers pad to buckets
         progress.done()
         at = 0
         for chunks in pending:
@@ -227,6 +232,21 @@ class Pipeline:
                     raise
                 yield e
             at += len(chunks)
+
+    def _choose_lengths(self, flat):
+        """The window's featurizer ``runs_at``: each length bucket its rows meet runs at its own
+        length or, until that padding would cost a compile, at a longer one this pipeline has
+        compiled (buckets.pad_or_compile), where the featurizer coarsens (text's default
+        buckets) and the calls are its batches (``_feed``'s; not GLiNER's, not a reranker's
+        prompts)."""
+        featurizer = self.featurizer
+        if not (getattr(featurizer, "coarsens", False) and self.feeds_model()
+                and type(self)._feed is Pipeline._feed and all(map(self._sortable, flat))):
+            return
+        sizes = [featurizer.bucket(c[featurizer.key]) for c in flat]
+        compiled = {length for _, length in self.__dict__.get("_shapes_run", ())}
+        featurizer.runs_at, self._padding_waste = buckets.pad_or_compile(
+            sizes, compiled, self.__dict__.get("_padding_waste", {}), self._compile_cost())
 
     def _groups(self, flat, order, batch_size):
         """The rows (indices of ``flat``, in ``order``) of each graph call: ``batch_size`` at a
@@ -290,9 +310,18 @@ class Pipeline:
     def _call_cost(self):
         """A graph call's fixed cost in padded tokens of this model (buckets.py)."""
         if "_call_tokens" not in self.__dict__:
-            weights = sum(int(np.prod(v.shape)) for v in self.model.params.values())
-            self._call_tokens = buckets.CALL_COST_WEIGHT_TOKENS / max(weights, 1)
+            self._call_tokens = buckets.CALL_COST_WEIGHT_TOKENS / max(self._weights(), 1)
         return self._call_tokens
+
+    def _compile_cost(self):
+        """A new length's compile in padded tokens of this model (buckets.compile_tokens)."""
+        if "_compile_tokens" not in self.__dict__:
+            self._compile_tokens = buckets.compile_tokens(len(self.model.graph.nodes),
+                                                          self._weights())
+        return self._compile_tokens
+
+    def _weights(self):
+        return sum(int(np.prod(v.shape)) for v in self.model.params.values())
 
     def _sortable(self, chunk):
         """Chunks holding a featurizer item are rows that do not depend on each other, so they

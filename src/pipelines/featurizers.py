@@ -4,6 +4,7 @@ is (batches are sorted by it), and pads a batch of items to a compiled shape (``
     featurizer.key                      # the chunk entry that holds the item ("encoding", "image")
     featurizer.size(item)               # a sort key: tokens, (height, width), ...
     featurizer.padded(item)             # (text) its padded length: a batch's rows are grouped
+    featurizer.bucket(item)             # (text) its length bucket, before pad_or_compile
     featurizer.batch(items, rows, inputs, task)   # {input name: array} padded to ``rows`` rows
 """
 
@@ -16,22 +17,31 @@ TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class TextFeaturizer:
-    """A tokenizer's encodings, padded to a length bucket (``lengths``)."""
+    """A tokenizer's encodings, padded to a length bucket (``lengths``), or to the longer
+    compiled length a window runs that bucket at (``runs_at``: bucket -> length, set by the
+    pipeline for a window's calls, buckets.pad_or_compile; only where ``coarsens``: the default
+    buckets, not a ``sequence_length=`` the user chose)."""
 
     key = "encoding"
 
-    def __init__(self, tokenizer, lengths):
-        self.tokenizer, self.lengths = tokenizer, tuple(lengths)
+    def __init__(self, tokenizer, lengths, coarsens=False):
+        self.tokenizer, self.lengths, self.coarsens = tokenizer, tuple(lengths), coarsens
+        self.runs_at = {}
 
     def size(self, encoding):
         return len(encoding.ids)
 
-    def padded(self, encoding):
-        """The length ``encoding`` pads to alone (how the rows of a batch are grouped)."""
+    def bucket(self, encoding):
+        """The length bucket of ``encoding``."""
         return buckets.length(len(encoding.ids), self.lengths)
 
+    def padded(self, encoding):
+        """The length ``encoding`` pads to alone (how the rows of a batch are grouped)."""
+        bucket = self.bucket(encoding)
+        return self.runs_at.get(bucket, bucket)
+
     def batch(self, encodings, rows, inputs, task):
-        length = buckets.length(max(len(e.ids) for e in encodings), self.lengths)
+        length = self.padded(max(encodings, key=self.size))
         names = [n for n in TEXT_INPUTS if n in inputs]
         missing = [n for n in inputs if n not in names]
         if missing:

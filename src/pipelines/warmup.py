@@ -83,7 +83,7 @@ def _text_shapes(pipe, examples, rows, max_length, options):
         top = max(featurizer.size(c[featurizer.key]) for c in chunks)
     else:
         top = featurizer.lengths[-1]
-    least = min(featurizer.padded(c[featurizer.key]) for c in chunks)
+    least = min(featurizer.bucket(c[featurizer.key]) for c in chunks)
     top = buckets.length(top, featurizer.lengths)
     lengths = sorted({n for n in featurizer.lengths if least <= n <= top} | {least},
                      reverse=True)
@@ -94,6 +94,8 @@ def _text_shapes(pipe, examples, rows, max_length, options):
             chunk = dict(chunks[0], **{featurizer.key: tokenizer.encode(text, max_length=n)})
             pipe._rows_cap, pipe._rows_least = pipe.batch_size, 1
             pipe._forward([chunk] * r, **fwd)
+            # compiled: a call's rows of a bucket no longer pad to a longer length instead
+            pipe.__dict__.setdefault("_shapes_run", set()).add((pipe._rows(r), n))
         return run
 
     return [(f"{r}x{n}", call(r, n)) for n in lengths for r in rows]

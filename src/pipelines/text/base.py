@@ -16,7 +16,9 @@ class TextPipeline(Pipeline):
     """A pipeline over a tokenizer: encodings padded to ``sequence_length`` buckets, each capped
     at the longest sequence the model takes (and at ``max_length``, e.g. sentence-transformers'
     max_seq_length); by default ``buckets.octave_lengths`` up to that cap (16, 20, 24, 28, 32,
-    40, ...: a batch pads to at most 1/4 past its longest row)."""
+    40, ...: a batch pads to at most 1/4 past its longest row), where rows pad to a longer
+    compiled length until that costs a compile (buckets.pad_or_compile); a ``sequence_length=``
+    given keeps each row at its own bucket of it."""
 
     featurizers = ("tokenizer",)
 
@@ -27,7 +29,8 @@ class TextPipeline(Pipeline):
         self.max_length = min(x for x in (self._max_length(), max_length) if x)
         self.sequence_lengths = (buckets.octave_lengths(self.max_length) if sequence_length is None
                                  else buckets.lengths(sequence_length, self.max_length))
-        self.featurizer = TextFeaturizer(tokenizer, self.sequence_lengths)
+        self.featurizer = TextFeaturizer(tokenizer, self.sequence_lengths,
+                                         coarsens=sequence_length is None)
         super().__init__(model, config, **kwargs)
 
     def __repr__(self):
