@@ -1,4 +1,4 @@
-"""What a compile costs in padded tokens: the numbers behind buckets.COMPILE_COST_NODE_TOKENS.
+"""What a compile costs in padded tokens: the numbers behind buckets.COMPILE_COST_NODE_WEIGHT_TOKENS.
 
     python bench/pad_or_compile.py [MODEL.onnx ...]
 

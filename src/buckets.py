@@ -7,6 +7,9 @@ buckets, image sides to multiples of a step. Every pipeline and the generation p
 sizes from here, so the policy is written once.
 """
 
+import functools
+import math
+
 from .errors import PipelineError
 
 # Text pads a batch to the next of SEQUENCE_STEPS lengths per power of two above its longest row
@@ -126,28 +129,30 @@ CALL_COST_WEIGHT_TOKENS = 4.3e8
 SPLIT_SHAPE_COST = 1 / 16
 
 
-# Rent or buy a length bucket (the ski-rental rule). A window's rows pad each to its own bucket,
-# and each bucket a pipeline meets compiles once (~0.4-0.8 s on CPU): the acceptance row's 100
-# mixed sentences (bench/first_call.py --acceptance, all-MiniLM-L6-v2) meet 14 buckets (16 to
-# 160 tokens) and compiled 11 shapes, ~4.2 s of a 6.5 s first call.
-# A row whose bucket this pipeline has not compiled instead pads to the shortest longer length it
-# has (rents), until the padding that bucket has cost, over all windows and calls, would reach
-# what compiling it costs; then it compiles (buys) and pads no more. It never costs more than
-# twice the better of "always pad" and "always compile", whatever comes next (a notebook's one
-# call, a service's stream of short requests after a long one), and its shapes stay within the
-# buckets, so a stream's shapes stay bounded. What a compile costs in padded tokens
-# (bench/pad_or_compile.py; first call of a shape less a later one, cache off; 2 CPU cores):
-# all-MiniLM-L6-v2 (488 nodes, 22.6M weights) 0.54-0.78 s a compile, 113-213 us a padded
-# token: 3,650-4,730 tokens; the tiny bert fixtures (215 nodes, 52k weights) 0.55-0.60 s,
-# 2.7-3.0 us: ~200,000 tokens. A token costs about its weights (as CALL_COST_WEIGHT_TOKENS has
-# it) and a compile about the graph's nodes, so the estimate is nodes x this / weights: 3,900
-# tokens for MiniLM; 745,000 for the fixtures, whose tokens cost less than their weights say
-# (their time is per-op overhead): they compile a new bucket later than they might. The
-# acceptance row (bench/first_call.py --acceptance --rows embedding, load average 3.5): every
-# row pads to 160 tokens (16,000 padded tokens, 8,900 before), 3 compiles instead of 11; cold
-# cache 9.90 -> 6.36 s (onnxruntime 10.2 / 8.7 s), warm 4.37 -> 5.10 s (the padding, where a
-# compile is a cache read). Only the default buckets coarsen: a ``sequence_length=`` list is
-# the user's choice of shapes (often a few coarse ones, where renting would pad 8x or more).
+# Rent or buy a length bucket. A window's rows pad each to its own bucket, and each bucket a
+# pipeline meets compiles once (~0.4-0.8 s on CPU): the acceptance row's 100 mixed sentences
+# (bench/first_call.py --acceptance, all-MiniLM-L6-v2) met 14 buckets (16 to 160 tokens) and
+# compiled 11 shapes, ~4.2 s of a 6.5 s first call.
+# Instead a window's rows run at the lengths that cost least in padded tokens, a compile priced
+# in tokens (below): a bucket this pipeline has not compiled pads to the shortest longer length
+# it has or buys in the window (rents), or compiles (buys). Across windows and calls, the
+# padding a bucket has cost is taken off its price, so a bucket compiles once its padding would
+# reach a compile (the ski-rental rule: never more than twice the better of "always pad" and
+# "always compile", whatever comes next: a notebook's one call, a service's short requests after
+# a long one). Its shapes stay within the buckets, so a stream's shapes stay bounded. What a
+# compile costs in padded tokens (bench/pad_or_compile.py; first call of a shape less a later
+# one, cache off; 2 CPU cores): all-MiniLM-L6-v2 (488 nodes, 22.6M weights) 0.54-0.78 s a
+# compile, 113-213 us a padded token: 3,650-4,730 tokens; the tiny bert fixtures (215 nodes, 52k
+# weights) 0.55-0.60 s, 2.7-3.0 us: ~200,000 tokens. A token costs about its weights (as
+# CALL_COST_WEIGHT_TOKENS has it) and a compile about the graph's nodes, so the estimate is nodes
+# x this / weights: 3,900 tokens for MiniLM; 745,000 for the fixtures, whose tokens cost less
+# than their weights say (their time is per-op overhead): they compile a new bucket later than
+# they might. The acceptance row (--runs 3, load 1.0-1.3): 4 compiles instead of 11 (calls of
+# 8x160, 8x96 and 4x96: 13,312 padded tokens for 8,079 real, 14,528 before); cold cache 6.88 ->
+# 3.73 s (onnxruntime 4.98-5.15 s), warm 3.27 -> 2.71 s (PyTorch 4.56-4.70 s). Priced per
+# bucket alone (each compiles when its own rows' padding reaches a compile), every row padded to
+# 160 and the warm cache lost: 3.04 s. Only the default buckets coarsen: a ``sequence_length=``
+# list is the user's choice of shapes (often a few coarse ones, where renting would pad 8x).
 COMPILE_COST_NODE_WEIGHT_TOKENS = 1.8e8
 
 
@@ -158,30 +163,45 @@ def compile_tokens(nodes, weights):
 
 
 def pad_or_compile(sizes, compiled, waste, cost):
-    """The length each of a window's padded ``sizes`` (buckets) runs at, longest first: its own
-    where it is compiled (in ``compiled``, or bought earlier in this window) or no compiled
-    length holds it, else the shortest longer compiled length while the padding its bucket has
-    cost (``waste``: bucket -> tokens, rows x extra length, over earlier windows) plus this
-    window's stays below ``cost`` tokens; at that cost it compiles. Returns ({size: length},
-    the updated waste). Sizes [64, 16, 16] with 64 compiled and a cost of 100: 16 pads to 64
-    (96 tokens); one more 16 then compiles (96 + 48 >= 100)."""
-    counts, have, waste = {}, set(compiled), dict(waste)
+    """The length each of a window's padded ``sizes`` (buckets) runs at: its own where it is
+    compiled (in ``compiled``) or bought in this window, else the shortest longer length
+    compiled or bought (it rents). The window's plan is the one that costs least in padded
+    tokens, a bucket's compile priced at ``cost`` less the padding it has already cost
+    (``waste``: bucket -> tokens, rows x extra length, over earlier windows), so that across
+    calls a bucket compiles once its padding would reach a compile (ski rental). Returns
+    ({size: length}, the updated waste). Sizes [64] * 3 + [32] * 4 + [16] * 5, nothing
+    compiled, a cost of 200: 64 compiles (nothing holds it), 32 compiles too and 16 pads to it
+    (200 + 5 x 16 tokens, where padding both to 64 costs 4 x 32 + 5 x 48 = 368)."""
+    counts = {}
     for size in sizes:
         counts[size] = counts.get(size, 0) + 1
-    runs = {}
-    for size in sorted(counts, reverse=True):
-        longer = [n for n in have if n >= size]
-        if size in have or not longer:
-            runs[size] = size
-            have.add(size)
-            continue
-        at = min(longer)
-        spent = waste.get(size, 0) + counts[size] * (at - size)
-        waste[size] = spent
-        runs[size] = at if spent < cost else size
-        if spent >= cost:
-            have.add(size)
+    order = sorted(counts, reverse=True)
+
+    @functools.lru_cache(maxsize=None)
+    def plan(i, above):
+        """(tokens, lengths) for order[i:], ``above`` the shortest length bought so far."""
+        if i == len(order):
+            return 0, ()
+        size = order[i]
+        held = min([n for n in compiled if n >= size] + [above])
+        if size == held:  # compiled already: runs at its own length, for nothing
+            tokens, rest = plan(i + 1, size)
+            return tokens, (size,) + rest
+        tokens, rest = plan(i + 1, size)
+        best = (tokens + max(cost - waste.get(size, 0), 0), (size,) + rest)
+        if held != math.inf:
+            tokens, rest = plan(i + 1, above)
+            rent = (tokens + counts[size] * (held - size), (held,) + rest)
+            best = min(best, rent, key=lambda option: option[0])
+        return best
+
+    runs = dict(zip(order, plan(0, math.inf)[1]))
+    waste = dict(waste)
+    for size, length in runs.items():
+        if length != size:
+            waste[size] = waste.get(size, 0) + counts[size] * (length - size)
     return runs, waste
+
 
 # Streams. A call that fills its read-ahead window (an iterable, a list longer than a window)
 # runs every call of its windows, and the rest after its last one, in ``batch_size`` rows

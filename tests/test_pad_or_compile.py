@@ -25,13 +25,41 @@ TEXTS = [" ".join(itertools.islice(itertools.cycle(WORDS[i % 5:]), 1 + (i * 13) 
 def test_a_first_window_compiles_fewer_lengths_than_its_buckets():
     sizes = [64] * 3 + [48] * 2 + [32] * 4 + [16] * 5
     runs, waste = buckets.pad_or_compile(sizes, (), {}, 200)
-    # 64 compiles (nothing holds it); 48 and 32 pad to it (2 x 16, 4 x 32 tokens < 200);
-    # 16's 5 rows would pad 5 x 48 = 240 tokens: it compiles
-    assert runs == {64: 64, 48: 64, 32: 64, 16: 16}
-    assert waste == {48: 32, 32: 128, 16: 240}
+    # 64 compiles (nothing holds it). The rest, in padded tokens: all pad to 64, 2 x 16 + 4 x 32
+    # + 5 x 48 = 400; 16 compiles, 32 + 128 + 200 = 360; 32 compiles and 16 pads to it,
+    # 32 + 200 + 5 x 16 = 312 (the least); 48 compiles, 200 + 4 x 16 + 5 x 32 = 424
+    assert runs == {64: 64, 48: 64, 32: 32, 16: 32}
+    assert waste == {48: 32, 16: 80}  # what the rows that padded cost
+    # per bucket, the same window would have compiled 16 (5 x 48 >= 200) and padded 32 to 64
     # a length bought earlier in the window holds the shorter rows: 16 pads to 32, not 64
     runs, _ = buckets.pad_or_compile([32] * 4 + [16] * 2, {64}, {}, 100)
     assert runs == {32: 32, 16: 32}
+
+
+def test_the_window_plan_costs_least():
+    """Against every choice of lengths to compile, on random windows."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        sizes = list(rng.choice([16, 20, 24, 32, 48, 64, 96, 128], rng.integers(1, 30)))
+        compiled = set(rng.choice([16, 32, 64, 128], rng.integers(0, 3), replace=False))
+        waste = {int(s): int(rng.integers(0, 150)) for s in set(sizes) if rng.random() < 0.3}
+        cost = int(rng.integers(1, 400))
+        runs, _ = buckets.pad_or_compile(sizes, compiled, waste, cost)
+        buckets_met = sorted(set(sizes))
+
+        def tokens(bought):
+            have = compiled | set(bought)
+            if any(not [n for n in have if n >= s] for s in buckets_met):
+                return math.inf  # a longest bucket nothing holds must compile
+            pad = sum(min(n for n in have if n >= s) - s for s in sizes)
+            return pad + sum(max(cost - waste.get(s, 0), 0) for s in bought
+                             if s not in compiled)
+
+        best = min(tokens(c) for r in range(len(buckets_met) + 1)
+                   for c in itertools.combinations(buckets_met, r))
+        bought = {s for s, n in runs.items() if n == s}
+        assert all(runs[s] == min(n for n in compiled | bought if n >= s) for s in runs)
+        assert tokens(bought) == best
 
 
 def test_compiled_lengths_cost_nothing():
