@@ -25,14 +25,16 @@ def caches(half, dtype, length=32):
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
-def gqa_inputs(s, past, total, seqlens, *, packed=False, rotary=0, dtype=F32, **extra):
+def gqa_inputs(s, past, total, seqlens, *, packed=False, rotary=0, dtype=F32, batch=B,
+               **extra):
+    """``batch`` 1: the JAX backend writes the cache as one slice, not a scatter."""
     def r(*shape):
         return RNG.standard_normal(shape).astype(dtype)
 
-    q, k, v = r(B, s, HQ * D), r(B, s, HKV * D), r(B, s, HKV * D)
+    q, k, v = r(batch, s, HQ * D), r(batch, s, HKV * D), r(batch, s, HKV * D)
     inputs = ({"query": np.concatenate([q, k, v], -1), "key": None, "value": None} if packed
               else {"query": q, "key": k, "value": v})
-    inputs.update(past_key=r(B, HKV, past, D), past_value=r(B, HKV, past, D),
+    inputs.update(past_key=r(batch, HKV, past, D), past_value=r(batch, HKV, past, D),
                   seqlens_k=np.array(seqlens, np.int32),
                   total_sequence_length=np.array(total, np.int32))
     cos, sin = caches(rotary, dtype) if rotary else (None, None)
@@ -46,6 +48,9 @@ GQA_CASES = {
     "prompt_padded_batch": (dict(s=5, past=0, total=5, seqlens=[4, 2]), {}),
     "decode_growing": (dict(s=1, past=5, total=6, seqlens=[5, 5]), {}),
     "decode_shared_buffer_ragged": (dict(s=1, past=8, total=8, seqlens=[5, 3]), {}),
+    "decode_one_entry": (dict(s=1, past=5, total=6, seqlens=[5], batch=1), {}),
+    "decode_shared_buffer_one_entry": (dict(s=1, past=8, total=8, seqlens=[3], batch=1), {}),
+    "prompt_chunk_one_entry": (dict(s=3, past=8, total=8, seqlens=[6], batch=1), {}),
     "prompt_packed_rotary": (dict(s=5, past=0, total=5, seqlens=[4, 4], packed=True,
                                   rotary=D // 2), {"do_rotary": 1}),
     "decode_rotary": (dict(s=1, past=5, total=6, seqlens=[5, 5], rotary=D // 2),

@@ -50,6 +50,21 @@ class Namespace:
         """False for a value that exists only inside a trace (jit, compile); True otherwise."""
         return True
 
+    def update_rows(self, x, new, start, axis):
+        """``x`` with ``new`` written along ``axis`` at [start[b], start[b] + n) in each entry b
+        of axis 0 (``new``: ``x``'s shape but n along ``axis``; ``start``: [B] ints, moved into
+        [0, length - n] as lax.dynamic_update_slice moves them). A scatter here; JAX writes a lone
+        entry's block as one dynamic slice, which traces 4x faster."""
+        start = self.clip(self.reshape(start, [-1] + [1] * (x.ndim - 1)), 0,
+                          x.shape[axis] - new.shape[axis])
+        index = []
+        for d in range(x.ndim):
+            shape = [1] * x.ndim
+            shape[d] = new.shape[d]
+            steps = self.reshape(self.arange(new.shape[d], dtype=np.int64), shape)
+            index.append(start + steps if d == axis else steps)
+        return self.index_update(x, tuple(index), new)
+
     # Loops, as Python loops; a device namespace maps them to its compiled loops (lax.scan, ...).
     def scan(self, f, init, xs, length):
         """``f(carry, x) -> (carry, list of arrays)`` over the leading axis of ``xs`` (an array or

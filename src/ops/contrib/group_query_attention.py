@@ -18,9 +18,9 @@ from ..transformer_blocks import rotate_partial
 def write_cache(xp, past, new, start, length):
     """(B, H, L, D) buffer: ``past`` (cut or zero-padded to L rows) with ``new`` (B, H, S, D)
     written at rows [start[b], start[b] + S), as ONNX Runtime writes a buffer that past and
-    present share (rows past the valid ones are never attended). A scatter: the offsets may be
-    traced values, and only the new rows are computed (a select over the whole buffer would
-    recompute them, rotary and all, for every element)."""
+    present share (rows past the valid ones are never attended). Only the new rows are written
+    (the offsets may be traced values; a select over the whole buffer would recompute them,
+    rotary and all, for every element)."""
     b, h, s, d = new.shape
     if past is None or past.shape[2] == 0:
         base = xp.zeros((b, h, length, d), xp.dtype_of(new))
@@ -28,10 +28,7 @@ def write_cache(xp, past, new, start, length):
         p = past.shape[2]
         base = past[:, :, :length] if p >= length else xp.pad(
             past, [(0, 0), (0, 0), (0, length - p), (0, 0)])
-    rows = xp.reshape(xp.arange(b, dtype=np.int64), (b, 1, 1))
-    heads = xp.reshape(xp.arange(h, dtype=np.int64), (1, h, 1))
-    at = xp.reshape(start, (b, 1, 1)) + xp.reshape(xp.arange(s, dtype=np.int64), (1, 1, s))
-    return xp.index_update(base, (rows, heads, xp.clip(at, 0, length - 1)), new)
+    return xp.update_rows(base, new, start, axis=2)
 
 
 def rotary_positions(xp, position_ids, past_b, batch, s, first_prompt):
