@@ -125,6 +125,18 @@ def test_a_first_call_on_mixed_sentences_compiles_one_length(backend):
                                    rtol=1e-5, atol=1e-6)
 
 
+def test_a_length_compiled_at_other_rows_is_not_rented():
+    """One sentence after a batch: 1 x its bucket, not 1 x the batch's length (which would
+    compile as well, and pad)."""
+    pipe = transmuter.pipeline("feature-extraction", ROOT / "bert", batch_size=8,
+                               compile_cache=False)
+    shapes = _counted(pipe)
+    pipe(TEXTS[:8])
+    assert len(set(shapes)) == 1 and shapes[0][0] == 8
+    pipe("hi")
+    assert shapes[-1] == (1, 16) and shapes[0][1] > 16
+
+
 def test_user_buckets_are_kept():
     pipe = transmuter.pipeline("feature-extraction", ROOT / "bert", batch_size=8,
                                sequence_length=[16, 32, 64, 128, 256])

@@ -202,7 +202,7 @@ class Pipeline:
             key = self.featurizer.key
             order.sort(key=lambda i: self.featurizer.size(flat[i][key]), reverse=True)
         outputs = [None] * len(flat)
-        self._choose_lengths(flat)
+        self._choose_lengths(flat, batch_size)
         try:
             groups = self._groups(flat, order, batch_size)
             shapes = self._group_shapes(flat, groups)
@@ -233,18 +233,20 @@ class Pipeline:
                 yield e
             at += len(chunks)
 
-    def _choose_lengths(self, flat):
+    def _choose_lengths(self, flat, batch_size):
         """The window's featurizer ``runs_at``: each length bucket its rows meet runs at its own
         length or, until that padding would cost a compile, at a longer one this pipeline has
-        compiled (buckets.pad_or_compile), where the featurizer coarsens (text's default
-        buckets) and the calls are its batches (``_feed``'s; not GLiNER's, not a reranker's
-        prompts)."""
+        compiled at the window's row count (buckets.pad_or_compile), where the featurizer
+        coarsens (text's default buckets) and the calls are its batches (``_feed``'s; not
+        GLiNER's, not a reranker's prompts). A length compiled only at other row counts is no
+        cheaper: one sentence after a batch of 8 would compile 1 x 96 and pad to it as well."""
         featurizer = self.featurizer
         if not (getattr(featurizer, "coarsens", False) and self.feeds_model()
                 and type(self)._feed is Pipeline._feed and all(map(self._sortable, flat))):
             return
         sizes = [featurizer.bucket(c[featurizer.key]) for c in flat]
-        compiled = {length for _, length in self.__dict__.get("_shapes_run", ())}
+        rows = self._rows(min(len(flat), batch_size))
+        compiled = {n for r, n in self.__dict__.get("_shapes_run", ()) if r == rows}
         featurizer.runs_at, self._padding_waste = buckets.pad_or_compile(
             sizes, compiled, self.__dict__.get("_padding_waste", {}), self._compile_cost())
 
