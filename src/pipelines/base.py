@@ -201,25 +201,12 @@ class Pipeline:
         if all(self._sortable(c) for c in flat):  # largest first; stable: ties keep input order
             key = self.featurizer.key
             order.sort(key=lambda i: self.featurizer.size(flat[i][key]), reverse=True)
-        outputs = [None] * len(flat)
         self._choose_lengths(flat, batch_size)
         try:
-            groups = self._groups(flat, order, batch_size)
-            shapes = self._group_shapes(flat, groups)
-            ahead = self._first_new(shapes)
-            progress = CompileProgress(self, self._new_shapes(shapes))
-            with compile_notice.reporting(progress):
-                for n, rows in enumerate(groups):
-                    while ahead and ahead[0] <= n:
-                        ahead.pop(0)
-                    if ahead:  # the window's next new shape compiles while this batch runs
-                        self._compile_ahead([flat[i] for i in groups[ahead.pop(0)]])
-                    for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
-                        outputs[i] = out
+            outputs = self._run_window(flat, order, batch_size, fwd)
         finally:
             if getattr(self.featurizer, "runs_at", None):
                 self.featurizer.runs_at = {}  # the window's choice; other callers pad to buckets
-        progress.done()
         at = 0
         for chunks in pending:
             if not _ran(chunks):
@@ -232,6 +219,24 @@ class Pipeline:
                     raise
                 yield e
             at += len(chunks)
+
+    def _run_window(self, flat, order, batch_size, fwd):
+        """Each row's output, by the window's graph calls over ``order``."""
+        outputs = [None] * len(flat)
+        groups = self._groups(flat, order, batch_size)
+        shapes = self._group_shapes(flat, groups)
+        ahead = self._first_new(shapes)
+        progress = CompileProgress(self, self._new_shapes(shapes))
+        with compile_notice.reporting(progress):
+            for n, rows in enumerate(groups):
+                while ahead and ahead[0] <= n:
+                    ahead.pop(0)
+                if ahead:  # the window's next new shape compiles while this batch runs
+                    self._compile_ahead([flat[i] for i in groups[ahead.pop(0)]])
+                for i, out in zip(rows, self._forward([flat[i] for i in rows], **fwd)):
+                    outputs[i] = out
+        progress.done()
+        return outputs
 
     def _choose_lengths(self, flat, batch_size):
         """The window's featurizer ``runs_at``: each length bucket its rows meet runs at its own
