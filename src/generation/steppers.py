@@ -404,7 +404,7 @@ class GrowingCache(Stepper):
         """Zero buffers of ``capacity`` rows with ``caches`` at their start. The zeros are made
         on the host where a jitted call takes NumPy arguments (JAX): jnp.zeros compiles a
         broadcast per shape (and a cast), none persisted, ~0.06 s of whisper-tiny's first
-        transcription in every process; copying 8 zero buffers of [5, 6, 64, 64] costs ~1 ms."""
+        transcription in every process; moving its 8 zero buffers of [5, 6, 64, 64] costs ~1 ms."""
         backend = self.gen.model.backend
         xp = np if getattr(backend, "takes_host_arrays", False) else backend.xp
         zeros = {k: xp.zeros(v.shape[:2] + (capacity,) + v.shape[3:], backend.xp.dtype_of(v))
