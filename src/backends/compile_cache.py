@@ -31,9 +31,12 @@ from ..errors import InputError
 ENV = "TRANSMUTER_COMPILE_CACHE"
 OFF = ("", "0", "off", "false", "no", "none")
 MAX_BYTES = 2 * 2**30  # the bound on the folder (JAX evicts the least recently used entries)
-# Compiles shorter than this are not written: reading an entry back costs a few ms, and the many
-# tiny jits (eager ops, cache writes) would fill the folder with files not worth keeping.
-MIN_COMPILE_SECS = 0.1
+# Compiles shorter than this are not written: reading an entry back costs 5-12 ms, and the many
+# tiny jits (eager ops, 5-25 ms) would fill the folder with files not worth keeping. Not 0.1 s:
+# generation's cache helpers (take, place and write over every layer's buffers) compile in
+# 0.07-0.12 s on 2 busy cores, so at 0.1 s whisper-tiny's first transcription compiled 4-5 of them
+# again in every process (~0.35 s of a warm-cache first transcription; read back: ~0.03 s).
+MIN_COMPILE_SECS = 0.03
 _JAX_DEFAULTS = {"jax_compilation_cache_max_size": -1,
                  "jax_persistent_cache_min_compile_time_secs": 1.0}
 

@@ -167,17 +167,25 @@ def _softmax_jvp(axis, primals, tangents):
 
 def _compiler_options(library_dots=False):
     """The CPU options above when the default device is a CPU and this jaxlib knows them."""
-    if library_dots not in _options:
-        options = None
-        if jax.default_backend() == "cpu":
-            try:
-                candidate = _CPU_OPTIONS[library_dots]
-                jax.jit(lambda x: x + 1, compiler_options=candidate)(np.float32(0))
-                options = dict(candidate)
-            except Exception:  # an older or newer jaxlib without the option
-                pass
-        _options[library_dots] = options
+    if not _options:
+        # the probe is a compile in every process, made before the persistent cache is on
+        # (~0.04 s): both settings set one option, so where the library-dot value compiles the
+        # other does too (one probe, not two: whisper-tiny's pipeline made both)
+        _options[True] = _probe(_CPU_OPTIONS[True])
+        _options[False] = dict(_CPU_OPTIONS[False]) if _options[True] else \
+            _probe(_CPU_OPTIONS[False])
     return _options[library_dots]
+
+
+def _probe(options):
+    """``options`` where the default device is a CPU and this jaxlib compiles with them."""
+    if jax.default_backend() != "cpu":
+        return None
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=options)(np.float32(0))
+        return dict(options)
+    except Exception:  # an older or newer jaxlib without the option
+        return None
 
 
 class JaxBackend:
