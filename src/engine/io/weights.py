@@ -145,9 +145,7 @@ def _skeleton(proto, stripped) -> onnx.ModelProto:
 
 
 def _copy_fields(src, dst, skip=()):
-    for field, value in src.ListFields():
-        if field.name in skip:
-            continue
+    for field, value in _set_fields(src, skip):
         if field.is_repeated:
             getattr(dst, field.name).extend(value)
         elif field.cpp_type == field.CPPTYPE_MESSAGE:
@@ -156,6 +154,21 @@ def _copy_fields(src, dst, skip=()):
             dst.MergeFromString(_length_delimited(field.number, value))
         else:
             setattr(dst, field.name, value)
+
+
+def _set_fields(src, skip):
+    """(field, value) of each field set in ``src`` but those named in ``skip``, which are never
+    read: ListFields hands every value over, a weight's raw bytes copied out of the message too
+    (SmolLM2-135M's 540 MB of weights: 0.11 s of its 1.1 s load)."""
+    for field in src.DESCRIPTOR.fields:
+        if field.name in skip:
+            continue
+        if field.is_repeated:
+            value = getattr(src, field.name)
+            if len(value):
+                yield field, value
+        elif src.HasField(field.name):
+            yield field, getattr(src, field.name)
 
 
 def _length_delimited(number, data):
