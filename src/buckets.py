@@ -184,12 +184,10 @@ def pad_or_compile(sizes, compiled, waste, cost):
             return 0, ()
         size = order[i]
         held = min([n for n in compiled if n >= size] + [above])
-        if size == held:  # compiled already: runs at its own length, for nothing
-            tokens, rest = plan(i + 1, size)
-            return tokens, (size,) + rest
-        tokens, rest = plan(i + 1, size)
-        best = (tokens + max(cost - waste.get(size, 0), 0), (size,) + rest)
-        if held != math.inf:
+        tokens, rest = plan(i + 1, size)  # it runs at its own length
+        price = 0 if size == held else max(cost - waste.get(size, 0), 0)  # compiled: nothing
+        best = (tokens + price, (size,) + rest)
+        if held not in (size, math.inf):  # a longer length is there to rent
             tokens, rest = plan(i + 1, above)
             rent = (tokens + counts[size] * (held - size), (held,) + rest)
             best = min(best, rent, key=lambda option: option[0])
