@@ -21,7 +21,7 @@ def write_cache(xp, past, new, start, length):
     present share (rows past the valid ones are never attended). Only the new rows are written
     (the offsets may be traced values; a select over the whole buffer would recompute them,
     rotary and all, for every element)."""
-    b, h, s, d = new.shape
+    b, h, _, d = new.shape
     if past is None or past.shape[2] == 0:
         base = xp.zeros((b, h, length, d), xp.dtype_of(new))
     else:
