@@ -94,8 +94,7 @@ def _text_shapes(pipe, examples, rows, max_length, options):
             chunk = dict(chunks[0], **{featurizer.key: tokenizer.encode(text, max_length=n)})
             pipe._rows_cap, pipe._rows_least = pipe.batch_size, 1
             pipe._forward([chunk] * r, **fwd)
-            # compiled: a call's rows of a bucket no longer pad to a longer length instead
-            pipe.__dict__.setdefault("_shapes_run", set()).add((pipe._rows(r), n))
+            pipe._new_shapes([(pipe._rows(r), n)])  # compiled: its rows pad to it no longer
         return run
 
     return [(f"{r}x{n}", call(r, n)) for n in lengths for r in rows]
