@@ -126,14 +126,14 @@ def _lacking(message, graph):
 def _drop(graph, nodes):
     """Remove ``nodes`` and every node that reads, directly or not, what they make; the outputs
     of the graph that no longer exist go too."""
-    gone = {id(n) for n in nodes}
-    lost = {name for n in nodes for name in n.output}
-    for node in graph.node:  # topological order: a reader comes after its makers
-        reads = set(node.input) | _outer_reads(node)
-        if id(node) not in gone and reads & lost:
-            gone.add(id(node))
+    made = {name for n in nodes for name in n.output}
+    lost, gone = set(made), set()  # gone: positions. Not id(): protobuf hands out a wrapper per
+    # access, and a freed one's id comes back on another node (a reader of a dropped node kept)
+    for i, node in enumerate(graph.node):  # topological order: a reader comes after its makers
+        if set(node.output) & made or (set(node.input) | _outer_reads(node)) & lost:
+            gone.add(i)
             lost |= set(node.output)
-    keep = [n for n in graph.node if id(n) not in gone]
+    keep = [n for i, n in enumerate(graph.node) if i not in gone]
     del graph.node[:]
     graph.node.extend(keep)
     outputs = [o for o in graph.output if o.name not in lost]
