@@ -24,11 +24,13 @@ const tm_kernels *Kernels() {
 
 // Runs fn(begin, end) over [0, n) in pieces of `grain`, on the caller and XLA's intra-op pool.
 // Work is claimed piece by piece, so a pool busy elsewhere only means the caller does more; the
-// shared counters outlive the call (a task the pool starts late finds nothing left to do).
+// shared counters outlive the call (a task the pool starts late finds nothing left to do). The
+// caller is one of the threads: with as many helpers as the pool has threads, one more thread
+// than cores competed for them.
 template <typename F>
 void ParallelFor(ffi::ThreadPool &pool, int64_t n, int64_t grain, F fn) {
   int64_t pieces = (n + grain - 1) / grain;
-  int64_t helpers = std::min<int64_t>(pool.num_threads(), pieces - 1);
+  int64_t helpers = std::min<int64_t>(pool.num_threads() - 1, pieces - 1);
   if (helpers <= 0) {
     fn(0, n);
     return;
@@ -54,6 +56,13 @@ void ParallelFor(ffi::ThreadPool &pool, int64_t n, int64_t grain, F fn) {
 // pool cost more than it saved (bench/matmul_nbits.py, 2 cores, one row: 3072x1024 4-bit 179 us
 // split from 64 KB, 122 us alone; the 49152x576 lm_head 1.33 ms alone, 1.03-1.09 ms split).
 constexpr int64_t kParallelWork = int64_t{1} << 21;
+
+// MatMulNBits splits from far less: in a decoder step, where one product follows another and
+// the pool's threads are awake, two threads stream the weights from memory at twice one
+// thread's rate, which the one-product bench above does not show (bench/generation.py
+// --shape smollm2 --precision int4: 45.7 -> 51.9 tok/s at one row with 64 KB, the same at
+// 16-128 KB).
+constexpr int64_t kNBitsParallelWork = int64_t{1} << 16;
 
 // Columns per piece of the pool for a product over an 8-bit B [k, n] at m rows: whole tiles of 16.
 int64_t TileGrain(int64_t k, int64_t m) {
@@ -90,7 +99,8 @@ ffi::Error MatMulNBits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::AnyBu
   const float *zp = has_zero_points ? zero_points.typed_data() : nullptr;
   float *out = y->typed_data();
   int64_t col_bytes = n_blocks * block_size * bits / 8;
-  int64_t grain = std::max<int64_t>(16, kParallelWork / std::max<int64_t>(1, col_bytes * m));
+  int64_t grain =
+      std::max<int64_t>(16, kNBitsParallelWork / std::max<int64_t>(1, col_bytes * m));
   grain = (grain + 3) / 4 * 4;
   int b_bits = static_cast<int>(bits);
   if (accuracy_level == 4) {
