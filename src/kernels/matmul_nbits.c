@@ -66,29 +66,69 @@ static inline int64_t position(int64_t e, int bits) {
     return base + ((i & 1) ? 32 + (i >> 1) : (i >> 1));
 }
 
+/* |a[lo, hi)|'s largest value, and whether every value is finite: eight at a time. */
+static float block_amax(const float *a, int64_t lo, int64_t hi, int *finite) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
+    __m256 amax = _mm256_setzero_ps(), ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    int64_t e = lo;
+    for (; e + 8 <= hi; e += 8) {
+        __m256 v = _mm256_andnot_ps(sign, _mm256_loadu_ps(a + e));
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(v, inf, _CMP_LT_OQ)); /* false for NaN and inf */
+        amax = _mm256_max_ps(amax, v);
+    }
+    float lanes[8], result = 0.0f;
+    _mm256_storeu_ps(lanes, amax);
+    for (int i = 0; i < 8; i++) result = lanes[i] > result ? lanes[i] : result;
+    *finite = _mm256_movemask_ps(ok) == 0xff;
+    for (; e < hi; e++) {
+        float v = fabsf(a[e]);
+        *finite &= v < INFINITY; /* false for NaN too */
+        result = v > result ? v : result;
+    }
+    return result;
+}
+
+/* The int8 digits of a[lo, hi) * inverse, rounded to nearest even (the rounding MXCSR gives
+ * _mm256_cvtps_epi32, as nearbyintf), each at position(e); returns their sum. |a| <= amax, so
+ * every digit lies in [-127, 127]. */
+static int32_t block_digits(const float *a, int64_t lo, int64_t hi, float inverse, int bits,
+                            int8_t *xq) {
+    const __m256 scale = _mm256_set1_ps(inverse);
+    int32_t digits[8], sum = 0;
+    int64_t e = lo;
+    for (; e + 8 <= hi; e += 8) {
+        _mm256_storeu_si256((__m256i *)digits,
+                            _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(a + e), scale)));
+        for (int i = 0; i < 8; i++) {
+            xq[position(e + i, bits)] = (int8_t)digits[i];
+            sum += digits[i];
+        }
+    }
+    for (; e < hi; e++) {
+        int32_t v = (int32_t)nearbyintf(a[e] * inverse);
+        xq[position(e, bits)] = (int8_t)v;
+        sum += v;
+    }
+    return sum;
+}
+
+/* A row of A quantized per block as MLAS's QuantizeARow_CompInt8 does. Vectorised: the scalar
+ * form (fmaxf through the PLT, a rounding per element) took ~10 us a row at K = 1536, a third of
+ * a one-row product's time (bench/matmul_nbits.py, 576 x 1536). */
 void KERNEL(tm_nbits_prepare_int8)(const float *a, int64_t k, int64_t block, int bits,
                                    int8_t *xq, float *scale, float *blksum) {
     int64_t n_blocks = (k + block - 1) / block, padded = n_blocks * block;
     memset(xq, 0, (size_t)((padded + 63) & ~(int64_t)63));
     for (int64_t b = 0; b < n_blocks; b++) {
         int64_t lo = b * block, hi = lo + block < k ? lo + block : k;
-        float amax = 0.0f;
-        int finite = 1;
-        for (int64_t e = lo; e < hi; e++) {
-            amax = fmaxf(amax, fabsf(a[e]));
-            finite &= isfinite(a[e]) != 0;
-        }
-        /* as MLAS: the inverse is 127 / amax, not 1 / scale (they round differently) */
-        float inverse = amax != 0.0f && finite ? 127.0f / amax : 0.0f;
-        int32_t sum = 0;
-        for (int64_t e = lo; e < hi; e++) {
-            float r = nearbyintf(a[e] * inverse);
-            int32_t v = r != r ? 0 : (int32_t)fmaxf(-128.0f, fminf(127.0f, r));
-            xq[position(e, bits)] = (int8_t)v;
-            sum += v;
-        }
-        /* a NaN or inf makes the block's scale NaN, so every output of the row is NaN, as in
-         * f32 arithmetic (MLAS turns them into int8 garbage: its result there is undefined) */
+        int finite;
+        float amax = block_amax(a, lo, hi, &finite);
+        /* as MLAS: the inverse is 127 / amax, not 1 / scale (they round differently). A NaN or
+         * inf makes the block's scale NaN, so every output of the row is NaN, as in f32
+         * arithmetic (MLAS turns them into int8 garbage: its result there is undefined); its
+         * digits stay 0. */
+        int32_t sum = finite && amax != 0.0f
+            ? block_digits(a, lo, hi, 127.0f / amax, bits, xq) : 0;
         scale[b] = finite ? amax / 127.0f : NAN;
         blksum[b] = scale[b] * (float)sum;
     }
@@ -266,7 +306,21 @@ static inline void store_int8_x4(float *y, int64_t n, const float *blksum, const
 #define TILE_SPAN(LOAD, LANES)                                                                  \
     do {                                                                                        \
         ROW_INPUTS(0, LANES);                                                                   \
-        if (rows == 2) {                                                                        \
+        if (rows == 4) {                                                                        \
+            ROW_INPUTS(1, LANES); ROW_INPUTS(2, LANES); ROW_INPUTS(3, LANES);                   \
+            SPAN_WEIGHTS(0, LOAD, LANES); SPAN_PRODUCT(a0, 0, lo0, hi0, wsl0);                  \
+            SPAN_PRODUCT(b0, 1, lo0, hi0, wsl0); SPAN_PRODUCT(e0, 2, lo0, hi0, wsl0);           \
+            SPAN_PRODUCT(f0, 3, lo0, hi0, wsl0);                                                \
+            SPAN_WEIGHTS(1, LOAD, LANES); SPAN_PRODUCT(a1, 0, lo1, hi1, wsl1);                  \
+            SPAN_PRODUCT(b1, 1, lo1, hi1, wsl1); SPAN_PRODUCT(e1, 2, lo1, hi1, wsl1);           \
+            SPAN_PRODUCT(f1, 3, lo1, hi1, wsl1);                                                \
+            SPAN_WEIGHTS(2, LOAD, LANES); SPAN_PRODUCT(a2, 0, lo2, hi2, wsl2);                  \
+            SPAN_PRODUCT(b2, 1, lo2, hi2, wsl2); SPAN_PRODUCT(e2, 2, lo2, hi2, wsl2);           \
+            SPAN_PRODUCT(f2, 3, lo2, hi2, wsl2);                                                \
+            SPAN_WEIGHTS(3, LOAD, LANES); SPAN_PRODUCT(a3, 0, lo3, hi3, wsl3);                  \
+            SPAN_PRODUCT(b3, 1, lo3, hi3, wsl3); SPAN_PRODUCT(e3, 2, lo3, hi3, wsl3);           \
+            SPAN_PRODUCT(f3, 3, lo3, hi3, wsl3);                                                \
+        } else if (rows == 2) {                                                                 \
             ROW_INPUTS(1, LANES);                                                               \
             SPAN_WEIGHTS(0, LOAD, LANES); SPAN_PRODUCT(a0, 0, lo0, hi0, wsl0);                  \
             SPAN_PRODUCT(b0, 1, lo0, hi0, wsl0);                                                \
@@ -293,6 +347,8 @@ static inline __attribute__((always_inline)) void tile_int8(
     const __m256i spread = _mm256_loadu_si256((const __m256i *)t->lane_block);
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    __m256 e0 = a0, e1 = a0, e2 = a0, e3 = a0;
+    __m256 f0 = a0, f1 = a0, f2 = a0, f3 = a0;
     /* The next tile's bytes are fetched while this one computes: a decoder step streams every
      * weight once, from memory, and the hardware prefetcher alone kept one thread at 8 GB/s
      * (SmolLM2-135M's 211 products at one row, one thread: 12.6 -> 9.6 ms). */
@@ -303,7 +359,11 @@ static inline __attribute__((always_inline)) void tile_int8(
         TILE_SPAN(FAST_LOAD, FAST_LANES);
     }
     store_int8_x4(y, n, blksum, scales, zp, t, r0, c0, a0, a1, a2, a3);
-    if (rows == 2) store_int8_x4(y, n, blksum, scales, zp, t, r0 + 1, c0, b0, b1, b2, b3);
+    if (rows >= 2) store_int8_x4(y, n, blksum, scales, zp, t, r0 + 1, c0, b0, b1, b2, b3);
+    if (rows == 4) {
+        store_int8_x4(y, n, blksum, scales, zp, t, r0 + 2, c0, e0, e1, e2, e3);
+        store_int8_x4(y, n, blksum, scales, zp, t, r0 + 3, c0, f0, f1, f2, f3);
+    }
 }
 
 /* y[r0, c0] += the products of the spans from `first` on, with checked loads: the short last span
@@ -346,6 +406,10 @@ void KERNEL(tm_nbits_columns_int8)(const int8_t *xq, const float *ascale, const 
     int64_t c0 = n0;
     for (; c0 + 4 <= n1; c0 += 4) {
         int64_t r0 = 0;
+#if defined(__AVX512VL__)
+        /* 16 accumulators and 8 rows' worth of A need AVX-512's 32 vector registers */
+        for (; r0 + 4 <= m; r0 += 4) TILES(4);
+#endif
         for (; r0 + 2 <= m; r0 += 2) TILES(2);
         if (r0 < m) TILES(1);
     }
