@@ -96,6 +96,7 @@ CASES = [  # rows, K, N, bits, block, zero points
     (3, 48, 5, 4, 16, False), (32, 200, 33, 4, 64, True), (2, 130, 20, 4, 128, True),
     (5, 300, 9, 4, 256, False), (1, 96, 33, 8, 32, False), (6, 200, 37, 8, 16, True),
     (9, 520, 13, 8, 128, True), (2, 1000, 130, 4, 32, True), (33, 64, 1, 4, 32, True),
+    (6, 96, 12, 4, 32, True),  # an odd count of 32-blocks: a column ends in half a span
 ]
 
 
@@ -222,9 +223,10 @@ def test_concurrent_builds_share_one_library(tmp_path):
 @needs_kernels
 @pytest.mark.slow
 def test_sanitizers(tmp_path):
-    """The kernels built with -fsanitize=address,undefined and run on the cases above (MatMulNBits',
-    MatMulInteger's and the int8 weight's): any out-of-bounds read (the short last span of B, the
-    last column tile), overflow or misaligned access aborts."""
+    """The kernels built with -fsanitize=address,undefined and run on the cases above
+    (MatMulNBits' at levels 4 and 0, MatMulInteger's and the int8 weight's): any out-of-bounds
+    read (the short last span of B, half a span, the last column tile), overflow or misaligned
+    access aborts."""
     lib = build.build(extra_c=["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                                "-g", "-O1"], extra_cxx=["-fsanitize=address,undefined"],
                       tag="-asan")
@@ -239,6 +241,10 @@ def test_sanitizers(tmp_path):
             prep.argtypes = [P, I, I, ctypes.c_int, P, P, P]
             cols = getattr(lib, "tm_nbits_columns_int8" + isa)
             cols.argtypes = [P, P, P, I, I, P, P, P, P, I, I, I, ctypes.c_int, I, I]
+            prep_f32 = getattr(lib, "tm_nbits_prepare_f32" + isa)
+            prep_f32.argtypes = [P, I, ctypes.c_int, P]
+            cols_f32 = getattr(lib, "tm_nbits_columns_f32" + isa)
+            cols_f32.argtypes = [P, I, I, P, P, P, P, I, I, I, ctypes.c_int, I, I]
             for rows, k, n, bits, block in {[c[:5] for c in CASES]!r}:
                 nb = -(-k // block)
                 stride = (nb * block + 63) // 64 * 64
@@ -255,6 +261,11 @@ def test_sanitizers(tmp_path):
                 cols(xq.ctypes.data, asc.ctypes.data, bs.ctypes.data, stride, rows,
                      b.ctypes.data, s.ctypes.data, z.ctypes.data, y.ctypes.data, n, k, block,
                      bits, 0, n)
+                xp = np.zeros((rows, stride), np.float32)  # levels 0-3
+                for r in range(rows):
+                    prep_f32(a[r].ctypes.data, k, bits, xp[r].ctypes.data)
+                cols_f32(xp.ctypes.data, stride, rows, b.ctypes.data, s.ctypes.data,
+                         z.ctypes.data, y.ctypes.data, n, k, block, bits, 0, n)
             prep = getattr(lib, "tm_int8_prepare" + isa)
             prep.argtypes = [P, I, P]
             cols = getattr(lib, "tm_int8_columns" + isa)
@@ -326,29 +337,41 @@ def isa_copy(suffix):
 @needs_kernels
 @pytest.mark.parametrize("suffix", ["_avx2", "_avxvnni", "_avx512vnni"])
 @pytest.mark.parametrize("rows,k,n,bits,block,zp", [CASES[0], CASES[2], CASES[4], CASES[8]])
-def test_each_instruction_set(suffix, rows, k, n, bits, block, zp):
-    """Every compiled copy, not only the one this CPU picks, against onnxruntime at level 4
-    (skipped for a copy the CPU cannot run)."""
+@pytest.mark.parametrize("level", [4, 0])
+def test_each_instruction_set(suffix, rows, k, n, bits, block, zp, level):
+    """Every compiled copy, not only the one this CPU picks, against onnxruntime at levels 4 and
+    0 (skipped for a copy the CPU cannot run)."""
     lib = isa_copy(suffix)
-    prep = getattr(lib, "tm_nbits_prepare_int8" + suffix)
-    prep.argtypes = [P, I, I, ctypes.c_int, P, P, P]
-    cols = getattr(lib, "tm_nbits_columns_int8" + suffix)
-    cols.argtypes = [P, P, P, I, I, P, P, P, P, I, I, I, ctypes.c_int, I, I]
     a, b, scales, z = nbits_case(rows, k, n, bits, block, zp, seed=11)
     node = Node(k, n, bits, block)
     zf = None if z is None else np.ascontiguousarray(as_float_zero_points(z, node))
     n_blocks = -(-k // block)
     stride = (n_blocks * block + 63) // 64 * 64  # as ffi.cc lays the rows out
-    xq = np.zeros((rows, stride), np.int8)
-    ascale, blksum = np.zeros((2, rows, n_blocks), np.float32)
     y = np.zeros((rows, n), np.float32)
-    for r in range(rows):
-        prep(a[r].ctypes.data, k, block, bits, xq[r].ctypes.data, ascale[r].ctypes.data,
-             blksum[r].ctypes.data)
-    cols(xq.ctypes.data, ascale.ctypes.data, blksum.ctypes.data, stride, rows, b.ctypes.data,
-         scales.ctypes.data, None if zf is None else zf.ctypes.data, y.ctypes.data, n, k, block,
-         bits, 0, n)
-    want = ort_nbits(a, b, scales, z, k=k, n=n, bits=bits, block=block, level=4)
+    zf_data = None if zf is None else zf.ctypes.data
+    if level == 4:
+        prep = getattr(lib, "tm_nbits_prepare_int8" + suffix)
+        prep.argtypes = [P, I, I, ctypes.c_int, P, P, P]
+        cols = getattr(lib, "tm_nbits_columns_int8" + suffix)
+        cols.argtypes = [P, P, P, I, I, P, P, P, P, I, I, I, ctypes.c_int, I, I]
+        xq = np.zeros((rows, stride), np.int8)
+        ascale, blksum = np.zeros((2, rows, n_blocks), np.float32)
+        for r in range(rows):
+            prep(a[r].ctypes.data, k, block, bits, xq[r].ctypes.data, ascale[r].ctypes.data,
+                 blksum[r].ctypes.data)
+        cols(xq.ctypes.data, ascale.ctypes.data, blksum.ctypes.data, stride, rows, b.ctypes.data,
+             scales.ctypes.data, zf_data, y.ctypes.data, n, k, block, bits, 0, n)
+    else:
+        prep = getattr(lib, "tm_nbits_prepare_f32" + suffix)
+        prep.argtypes = [P, I, ctypes.c_int, P]
+        cols = getattr(lib, "tm_nbits_columns_f32" + suffix)
+        cols.argtypes = [P, I, I, P, P, P, P, I, I, I, ctypes.c_int, I, I]
+        xp = np.zeros((rows, stride), np.float32)
+        for r in range(rows):
+            prep(a[r].ctypes.data, k, bits, xp[r].ctypes.data)
+        cols(xp.ctypes.data, stride, rows, b.ctypes.data, scales.ctypes.data, zf_data,
+             y.ctypes.data, n, k, block, bits, 0, n)
+    want = ort_nbits(a, b, scales, z, k=k, n=n, bits=bits, block=block, level=level)
     assert rel(y, want) < TOL
 
 
