@@ -350,9 +350,10 @@ class Profiler:
         self._wrap(head, "postprocess", "postprocess (decode_asr)")
         self._wrap(gen.decoder, "generate", "generate (decoder loop, all)")
         self._wrap(gen.decoder, "beam_search", "generate (decoder loop, all)")
-        self._wrap(steppers.GrowingCache, "start", "decoder first step (host + graph)")
-        self._wrap(steppers.GrowingCache, "step", "decoder cache step (host + graph)")
-        self._wrap(steppers._Stepper, "_call", None, block=True, key_of=lambda stepper, fn,
+        for cache in (steppers.GrowingCache, steppers.FixedCache):  # Whisper's: fixed, bucketed
+            self._wrap(cache, "start", "decoder first step (host + graph)")
+            self._wrap(cache, "step", "decoder cache step (host + graph)")
+        self._wrap(steppers.Stepper, "_call", None, block=True, key_of=lambda stepper, fn,
                    feed, caches, *a, **k: "  graph call, " + ("first step" if feed["input_ids"].shape[1] > 1
                                                      else "cache step"))
         self._wrap_builder(loop, "build_processors")  # generate's own processors
