@@ -22,6 +22,7 @@ import subprocess
 import textwrap
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 _COMMON = dict(hidden_act="silu", bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -99,6 +100,24 @@ def model_folder(layers=None, shape="toy", precisions=("fp32", "int4")):
     if missing:
         build(folder, layers, shape, missing)
     return folder
+
+
+def level0_file(folder):
+    """``folder``/int4-level0/model.onnx: the int4 file with its MatMulNBits nodes at
+    accuracy_level 0, as the Hub's q4 files are (onnxruntime's MatMulNBitsQuantizer, which
+    transformers.js' conversion runs, writes no level; onnxruntime-genai's builder writes 4).
+    Made from the int4 file on first use."""
+    path = folder / "int4-level0" / "model.onnx"
+    if not path.exists():
+        model = onnx.load(str(folder / "int4" / "model.onnx"))
+        for node in model.graph.node:
+            if node.op_type == "MatMulNBits":
+                kept = [a for a in node.attribute if a.name != "accuracy_level"]
+                del node.attribute[:]
+                node.attribute.extend(kept)
+        path.parent.mkdir(exist_ok=True)
+        onnx.save(model, str(path), save_as_external_data=True, location="model.onnx.data")
+    return path
 
 
 def model_path(layers=None, shape="toy"):

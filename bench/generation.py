@@ -3,7 +3,8 @@ transformers' generate on PyTorch, on a GQA decoder of bench/_decoder.py (--shap
 hidden-512 toy, or SmolLM2-135M's or Qwen3-0.6B's shape, random weights).
 
     python bench/generation.py [--shape toy|smollm2|qwen3] [--prompt 64] [--new 128]
-                               [--batch 1,8] [--precision fp32,int4] [--backend jax|mlx]
+                               [--batch 1,8] [--precision fp32,int4,int4-level0]
+                               [--backend jax|mlx]
                                [--layers N] [--repeat 3] [--no-torch]
                                [--device-loop]
 
@@ -20,7 +21,9 @@ caches), then --repeat times, alternating with the other, and its best run count
 - onnxruntime: the same .onnx file, ORT_ENABLE_ALL, as many threads as cores, a plain greedy loop on
   a fixed KV buffer (the loop of bench/quantized.py, batched). The int4 file is run as built
   (MatMulNBits accuracy_level 4: both quantize activations to int8 per block), so int4 tokens
-  should match ORT's as fp32 ones must.
+  should match ORT's as fp32 ones must (on these random weights one int8 rounding that differs
+  flips a near-tied token early, and the rest follow it). ``int4-level0``: the same file with
+  its nodes at accuracy_level 0, as the Hub's q4 files are (``_decoder.level0_file``).
 - transformers: the PyTorch model the files were built from, ``generate(do_sample=False,
   min_new_tokens=new)``, torch threads = cores, in the genai environment (transformers 5) as a
   subprocess whose numbers are read back. PyTorch has no MatMulNBits kernel: its fp32 figure is
@@ -38,8 +41,8 @@ import time
 import numpy as np
 
 import transmuter
-from _decoder import CONFIG, GENAI_PYTHON, kv_names, model_folder, ort_step, shape_config, \
-    shape_layers
+from _decoder import CONFIG, GENAI_PYTHON, kv_names, level0_file, model_folder, ort_step, \
+    shape_config, shape_layers
 from transmuter.generation.config import GenerationConfig
 from transmuter.generation.loop import Generator
 
@@ -130,11 +133,12 @@ def main():
           f"{os.cpu_count()} cores; backend {args.backend}", flush=True)
     theirs = {} if args.no_torch else torch_peer(folder / "hf", args.new, prompts)
     model_config = json.loads((folder / "hf" / "config.json").read_text())
-    print(f"{'':5} {'batch':>5} {'transmuter tok/s':>16} {'ort tok/s':>10} {'torch tok/s':>12} "
+    print(f"{'':11} {'batch':>5} {'transmuter tok/s':>16} {'ort tok/s':>10} {'torch tok/s':>12} "
           f"{'vs ort':>7} {'vs torch':>8} {'same as ort':>11}"
           + (f" {'device tok/s':>12} {'dev/host':>8} {'dev same':>9}" if args.device_loop else ""))
     for precision in args.precision.split(","):
-        path = folder / precision / "model.onnx"
+        path = level0_file(folder) if precision == "int4-level0" else \
+            folder / precision / "model.onnx"
         model = transmuter.load(path, backend=args.backend)
         gen = Generator(model, model_config)
         step = ort_step(path)
@@ -158,7 +162,7 @@ def main():
                 (dev, dev_s), = device
                 device_col = (f" {tokens / dev_s:>12.1f} {our_s / dev_s:>7.2f}x "
                               f"{int((dev == ours).sum()):>4}/{ours.size}")
-            print(f"{precision:5} {b:>5} {ours_tps:>16.1f} {ort_tps:>10.1f} {torch_col:>12} "
+            print(f"{precision:11} {b:>5} {ours_tps:>16.1f} {ort_tps:>10.1f} {torch_col:>12} "
                   f"{ours_tps / ort_tps:>6.2f}x {vs_torch:>8} {same:>11}{device_col}", flush=True)
     if theirs:
         print("* PyTorch runs the fp32 model (it has no MatMulNBits kernel)")
