@@ -52,9 +52,10 @@ void ParallelFor(ffi::ThreadPool &pool, int64_t n, int64_t grain, F fn) {
   }
 }
 
-// Below this many weight bytes x rows a product runs on the calling thread alone: waking XLA's
-// pool cost more than it saved (bench/matmul_nbits.py, 2 cores, one row: 3072x1024 4-bit 179 us
-// split from 64 KB, 122 us alone; the 49152x576 lm_head 1.33 ms alone, 1.03-1.09 ms split).
+// Below this many weight bytes x rows an 8-bit kernel's product runs on the calling thread
+// alone: waking XLA's pool cost more than it saved in one-product benches (bench/matmul_nbits.py,
+// 2 cores, one row: 3072x1024 4-bit 179 us split from 64 KB, 122 us alone; the 49152x576 lm_head
+// 1.33 ms alone, 1.03-1.09 ms split). Not measured again in a whole model for these kernels.
 constexpr int64_t kParallelWork = int64_t{1} << 21;
 
 // MatMulNBits splits from far less: in a decoder step, where one product follows another and

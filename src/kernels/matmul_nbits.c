@@ -16,9 +16,9 @@
  * evens-then-odds per 64 elements when it is prepared (once per call, shared by every column), and
  * a dot product, which does not depend on order, then needs no shuffle of the weights at all.
  *
- * Measured gain (bench/matmul_nbits.py, 2 cores, AVX-512 VNNI, one row, level 4): 2-2.6x faster
- * than XLA's dequantize-in-the-graph path on SmolLM2-135M / Qwen3-0.6B layer shapes, 1.9-2x on
- * their lm_heads; 2.2-6.3x at 4-16 rows. onnxruntime's MLAS is still ~2x faster per product.
+ * Measured gain (bench/matmul_nbits.py --models smollm2, 2 cores, AVX-512 VNNI): 1.5-10x faster
+ * than XLA's dequantize-in-the-graph path at 1-16 rows, at both levels; onnxruntime's MLAS is
+ * 0.59-0.98x our time per product at level 4 (it packs B at load), 0.49-1.91x at level 0.
  *
  * Compiled once per instruction set (kernels/build.py): -mavx512vnni -mavx512vl (vpdpbusd on ymm),
  * -mavxvnni (its VEX form), or plain AVX2 (vpmaddubsw + vpmaddwd). KERNEL(name) gives each copy
@@ -299,7 +299,7 @@ static inline void store_int8_x4(float *y, int64_t n, const float *blksum, const
                   _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 }
 
-/* Tiles of rows x 4 columns at level 4 (rows 1 or 2): accumulators named, so that they stay in
+/* Tiles of rows x 4 columns at level 4 (rows 1, 2, or 4 on AVX-512): accumulators named, so that they stay in
  * registers (an array of them stayed on the stack: 2.3x slower); B's span unpacked once per
  * tile. The whole spans run with unchecked loads; a short last span (K not a multiple of the
  * span) takes the checked ones. */
@@ -438,7 +438,7 @@ static inline __m256 group_f32(__m256i w, int g) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(half));
 }
 
-/* y[r, c0 .. c0 + 4) = the sums of four 16-float accumulators (two rounds of hadd). */
+/* y[r, c0 .. c0 + 4) = the sums of four accumulators of eight floats (two rounds of hadd). */
 static inline void store_f32_x4(float *y, __m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
     _mm_storeu_ps(y, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));

@@ -345,7 +345,7 @@ class Lengths:
         checked = env.setdefault(_CHECKED, set())
         past = inputs.get(self.node.inputs[3]) if len(self.node.inputs) > 3 else None
         past_len = past.shape[2] if getattr(past, "ndim", 0) == 4 else 0
-        same = (self.chain_key, self.node.inputs[5], self.node.inputs[6], past_len, self.rotary_rows)
+        same = (self.chain_key, *self.node.inputs[5:7], past_len, self.rotary_rows)
         if same in checked:
             return
         checked.add(same)
