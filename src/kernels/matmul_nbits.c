@@ -239,9 +239,12 @@ static inline __attribute__((always_inline)) __m256 span_lanes(const float *v, i
     __m256i lo##j = bits == 4 ? _mm256_and_si256(raw##j, low4) : raw##j;                        \
     __m256i hi##j = _mm256_and_si256(_mm256_srli_epi16(raw##j, 4), low4)
 
+/* Row i of the tile's span s (a tile of fewer rows reads row 0 again: never used, and dropped
+ * by the compiler, since `rows` is a constant in each copy of tile_int8). */
 #define ROW_INPUTS(i, LANES)                                                                    \
-    const int8_t *x##i = xq + (r0 + i) * xq_stride + s * t->span;                               \
-    __m256 asl##i = LANES(ascale + (r0 + i) * t->n_blocks, s, t);                               \
+    const int64_t row##i = r0 + (i < rows ? i : 0);                                             \
+    const int8_t *x##i = xq + row##i * xq_stride + s * t->span;                                 \
+    __m256 asl##i = LANES(ascale + row##i * t->n_blocks, s, t);                                 \
     __m256i xlo##i = _mm256_loadu_si256((const __m256i *)x##i);                                 \
     __m256i xhi##i = bits == 4 ? _mm256_loadu_si256((const __m256i *)(x##i + 32)) : xlo##i
 
@@ -271,6 +274,21 @@ static inline void store_int8_add(float *y, int64_t n, const float *blksum, cons
     y[r * n + c] += sum;
 }
 
+/* y[0 .. 4) = the sums of four accumulators of eight floats (two rounds of hadd). */
+static inline void store_sums4(float *y, __m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    _mm_storeu_ps(y, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
+/* The first column of the tile after the one at c0 (that one's own when it is the last): its
+ * bytes are fetched while this tile computes. A decoder step streams every weight once, from
+ * memory, and the hardware prefetcher alone kept one thread at 8 GB/s (SmolLM2-135M's 211
+ * products at one row, one thread: 12.6 -> 9.6 ms). */
+static inline const uint8_t *next_tile(const uint8_t *b, const shape_t *t, int64_t c0,
+                                       int64_t n) {
+    return b + (c0 + 8 <= n ? c0 + 4 : c0) * t->col_bytes;
+}
+
 /* y[r, c0 .. c0 + 4) from a tile's four accumulators: the zero points' terms taken off them 8
  * blocks at a time, then the four reduced together (two rounds of hadd). One column at a time
  * (store_int8) took a quarter of the kernel's time at K = 576 (SmolLM2-135M: 18 blocks). */
@@ -294,48 +312,30 @@ static inline void store_int8_x4(float *y, int64_t n, const float *blksum, const
         ZP_TERM(a0, 0); ZP_TERM(a1, 1); ZP_TERM(a2, 2); ZP_TERM(a3, 3);
 #undef ZP_TERM
     }
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    _mm_storeu_ps(y + r * n + c0,
-                  _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    store_sums4(y + r * n + c0, a0, a1, a2, a3);
 }
 
-/* Tiles of rows x 4 columns at level 4 (rows 1, 2, or 4 on AVX-512): accumulators named, so that they stay in
- * registers (an array of them stayed on the stack: 2.3x slower); B's span unpacked once per
- * tile. The whole spans run with unchecked loads; a short last span (K not a multiple of the
- * span) takes the checked ones. */
+/* Tiles of rows x 4 columns at level 4 (rows 1, 2, or 4 on AVX-512): accumulators named, so
+ * that they stay in registers (an array of them stayed on the stack: 2.3x slower); B's span
+ * unpacked once per tile. The whole spans run with unchecked loads; a short last span (K not a
+ * multiple of the span) takes the checked ones. Column j: its span unpacked, then multiplied
+ * by each row's. */
+#define SPAN_COLUMN(j, LOAD, LANES)                                                             \
+    do {                                                                                        \
+        SPAN_WEIGHTS(j, LOAD, LANES);                                                           \
+        SPAN_PRODUCT(a##j, 0, lo##j, hi##j, wsl##j);                                            \
+        if (rows >= 2) SPAN_PRODUCT(b##j, 1, lo##j, hi##j, wsl##j);                             \
+        if (rows == 4) {                                                                        \
+            SPAN_PRODUCT(e##j, 2, lo##j, hi##j, wsl##j);                                        \
+            SPAN_PRODUCT(f##j, 3, lo##j, hi##j, wsl##j);                                        \
+        }                                                                                       \
+    } while (0)
+
 #define TILE_SPAN(LOAD, LANES)                                                                  \
     do {                                                                                        \
-        ROW_INPUTS(0, LANES);                                                                   \
-        if (rows == 4) {                                                                        \
-            ROW_INPUTS(1, LANES); ROW_INPUTS(2, LANES); ROW_INPUTS(3, LANES);                   \
-            SPAN_WEIGHTS(0, LOAD, LANES); SPAN_PRODUCT(a0, 0, lo0, hi0, wsl0);                  \
-            SPAN_PRODUCT(b0, 1, lo0, hi0, wsl0); SPAN_PRODUCT(e0, 2, lo0, hi0, wsl0);           \
-            SPAN_PRODUCT(f0, 3, lo0, hi0, wsl0);                                                \
-            SPAN_WEIGHTS(1, LOAD, LANES); SPAN_PRODUCT(a1, 0, lo1, hi1, wsl1);                  \
-            SPAN_PRODUCT(b1, 1, lo1, hi1, wsl1); SPAN_PRODUCT(e1, 2, lo1, hi1, wsl1);           \
-            SPAN_PRODUCT(f1, 3, lo1, hi1, wsl1);                                                \
-            SPAN_WEIGHTS(2, LOAD, LANES); SPAN_PRODUCT(a2, 0, lo2, hi2, wsl2);                  \
-            SPAN_PRODUCT(b2, 1, lo2, hi2, wsl2); SPAN_PRODUCT(e2, 2, lo2, hi2, wsl2);           \
-            SPAN_PRODUCT(f2, 3, lo2, hi2, wsl2);                                                \
-            SPAN_WEIGHTS(3, LOAD, LANES); SPAN_PRODUCT(a3, 0, lo3, hi3, wsl3);                  \
-            SPAN_PRODUCT(b3, 1, lo3, hi3, wsl3); SPAN_PRODUCT(e3, 2, lo3, hi3, wsl3);           \
-            SPAN_PRODUCT(f3, 3, lo3, hi3, wsl3);                                                \
-        } else if (rows == 2) {                                                                 \
-            ROW_INPUTS(1, LANES);                                                               \
-            SPAN_WEIGHTS(0, LOAD, LANES); SPAN_PRODUCT(a0, 0, lo0, hi0, wsl0);                  \
-            SPAN_PRODUCT(b0, 1, lo0, hi0, wsl0);                                                \
-            SPAN_WEIGHTS(1, LOAD, LANES); SPAN_PRODUCT(a1, 0, lo1, hi1, wsl1);                  \
-            SPAN_PRODUCT(b1, 1, lo1, hi1, wsl1);                                                \
-            SPAN_WEIGHTS(2, LOAD, LANES); SPAN_PRODUCT(a2, 0, lo2, hi2, wsl2);                  \
-            SPAN_PRODUCT(b2, 1, lo2, hi2, wsl2);                                                \
-            SPAN_WEIGHTS(3, LOAD, LANES); SPAN_PRODUCT(a3, 0, lo3, hi3, wsl3);                  \
-            SPAN_PRODUCT(b3, 1, lo3, hi3, wsl3);                                                \
-        } else {                                                                                \
-            SPAN_WEIGHTS(0, LOAD, LANES); SPAN_PRODUCT(a0, 0, lo0, hi0, wsl0);                  \
-            SPAN_WEIGHTS(1, LOAD, LANES); SPAN_PRODUCT(a1, 0, lo1, hi1, wsl1);                  \
-            SPAN_WEIGHTS(2, LOAD, LANES); SPAN_PRODUCT(a2, 0, lo2, hi2, wsl2);                  \
-            SPAN_WEIGHTS(3, LOAD, LANES); SPAN_PRODUCT(a3, 0, lo3, hi3, wsl3);                  \
-        }                                                                                       \
+        ROW_INPUTS(0, LANES); ROW_INPUTS(1, LANES); ROW_INPUTS(2, LANES); ROW_INPUTS(3, LANES); \
+        SPAN_COLUMN(0, LOAD, LANES); SPAN_COLUMN(1, LOAD, LANES);                               \
+        SPAN_COLUMN(2, LOAD, LANES); SPAN_COLUMN(3, LOAD, LANES);                               \
     } while (0)
 
 static inline __attribute__((always_inline)) void tile_int8(
@@ -349,10 +349,7 @@ static inline __attribute__((always_inline)) void tile_int8(
     __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     __m256 e0 = a0, e1 = a0, e2 = a0, e3 = a0;
     __m256 f0 = a0, f1 = a0, f2 = a0, f3 = a0;
-    /* The next tile's bytes are fetched while this one computes: a decoder step streams every
-     * weight once, from memory, and the hardware prefetcher alone kept one thread at 8 GB/s
-     * (SmolLM2-135M's 211 products at one row, one thread: 12.6 -> 9.6 ms). */
-    const uint8_t *next = b + (c0 + 8 <= n ? c0 + 4 : c0) * t->col_bytes;
+    const uint8_t *next = next_tile(b, t, c0, n);
     for (int64_t s = 0; s < t->whole_spans; s++) {
         for (int j = 0; j < 4; j++)
             _mm_prefetch((const char *)(next + j * t->col_bytes + s * 32), _MM_HINT_T0);
@@ -371,7 +368,7 @@ static inline __attribute__((always_inline)) void tile_int8(
 static void rest_1x1(const int8_t *xq, const float *ascale, int64_t xq_stride, const uint8_t *b,
                      const float *scales, float *y, int64_t n, const shape_t *t, int64_t r0,
                      int64_t c0, int bits, int64_t first) {
-    const int wmax = (1 << bits) - 1;
+    const int wmax = (1 << bits) - 1, rows = 1;
     const __m256i low4 = _mm256_set1_epi8(15);
     __m256 a0 = _mm256_setzero_ps();
     for (int64_t s = first; s < t->n_spans; s++) {
@@ -438,12 +435,6 @@ static inline __m256 group_f32(__m256i w, int g) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(half));
 }
 
-/* y[r, c0 .. c0 + 4) = the sums of four accumulators of eight floats (two rounds of hadd). */
-static inline void store_f32_x4(float *y, __m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    _mm_storeu_ps(y, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-}
-
 #if defined(__AVX512F__) && defined(__AVX512VL__)
 /* 4-bit weights in blocks of 32 or more at levels 0-3, on AVX-512: a block's sixteen possible
  * weights, (q - zp) * scale, are computed once into a 16-float table, and sixteen codes at a time
@@ -466,7 +457,7 @@ static inline __attribute__((always_inline)) void tile_f32_lut(
     __m512 acc[4][4];
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < 4; j++) acc[i][j] = _mm512_setzero_ps();
-    const uint8_t *next = b + (c0 + 8 <= n ? c0 + 4 : c0) * t->col_bytes; /* as tile_int8 */
+    const uint8_t *next = next_tile(b, t, c0, n);
     for (int64_t half = 0; half * 16 < t->col_bytes; half++) {
         int64_t blk = (half * 32) >> t->block_shift;
         if (!(half & 3))
@@ -493,7 +484,7 @@ static inline __attribute__((always_inline)) void tile_f32_lut(
         }
     }
     for (int i = 0; i < rows; i++)
-        store_f32_x4(y + (r0 + i) * n + c0, fold16(acc[i][0]), fold16(acc[i][1]),
+        store_sums4(y + (r0 + i) * n + c0, fold16(acc[i][0]), fold16(acc[i][1]),
                      fold16(acc[i][2]), fold16(acc[i][3]));
 }
 
